@@ -1,0 +1,42 @@
+"""rocksmash: an embeddable LSM-tree key-value store.
+
+>>> import rocksmash
+>>> with rocksmash.open("/tmp/mydb") as db:
+...     db.put(b"k", b"v")
+...     db.get(b"k")
+b'v'
+
+See ``docs/architecture.md`` for how it works and ``docs/format.md`` for the on-disk
+formats. All errors derive from :class:`rocksmash.Error` (see :mod:`rocksmash.errors`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .db import DB, DBIterator, Snapshot
+from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
+                     InvalidTypeError, LockedError, UnavailableError)
+from .options import Options, parse_size
+from .write_batch import WriteBatch
+
+__all__ = [
+    "open", "DB", "DBIterator", "Snapshot", "WriteBatch", "Options", "parse_size",
+    "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
+    "ClosedError", "UnavailableError", "FencedError",
+]
+
+__version__ = "0.1.0"
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> DB:  # noqa: A001 - the API name
+    """Open (creating if missing) the database at ``path``.
+
+    Options are keyword arguments (see :class:`rocksmash.Options` for each one and its
+    default); sizes take ints or strings such as ``"64MiB"``. Raises
+    :class:`InvalidArgumentError` for an unknown or invalid option, :class:`LockedError`
+    if another process has the database open, :class:`CorruptionError` if its files are
+    damaged. The returned :class:`DB` is also a context manager.
+    """
+    return DB(path, Options.from_kwargs(**options))

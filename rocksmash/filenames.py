@@ -1,0 +1,33 @@
+"""Names of the files in a database directory (see docs/format.md)."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["segment_name", "table_name", "manifest_name", "parse_name", "CURRENT", "LOCK"]
+
+CURRENT = "CURRENT"
+LOCK = "LOCK"
+_NAME = re.compile(r"^(?:(\d+)\.(log|sst)|MANIFEST-(\d+))$")
+
+
+def segment_name(number: int) -> str:
+    return f"{number:06d}.log"
+
+
+def table_name(number: int) -> str:
+    return f"{number:06d}.sst"
+
+
+def manifest_name(number: int) -> str:
+    return f"MANIFEST-{number:06d}"
+
+
+def parse_name(name: str) -> tuple[str, int] | None:
+    """``("log"|"sst"|"manifest", number)`` for an engine file name, else None."""
+    m = _NAME.match(name)
+    if not m:
+        return None
+    if m.group(3):
+        return "manifest", int(m.group(3))
+    return m.group(2), int(m.group(1))

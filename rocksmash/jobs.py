@@ -1,0 +1,168 @@
+"""Flush and compaction jobs: pure functions from immutable input files to new tables.
+
+They run in a worker process (worker.py) or on a background thread, take and return
+only plain data (paths, ints, bytes, TableInfo), and never touch the manifest: the main
+process installs their output with a version edit. A job that dies leaves at most
+unreferenced files, which the next open deletes.
+
+Version retention (both jobs): with live snapshots s_1 < ... < s_n, the versions of one
+key fall into stripes (seq <= s_1, s_1 < seq <= s_2, ...), and each snapshot sees only the
+newest version of its stripe, so only that one is kept per stripe. With no snapshots
+that is just the newest version. At the bottommost level, deletions that are the oldest
+kept version of their key are dropped too (nothing older can reappear).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from bisect import bisect_left
+from itertools import chain
+from typing import Iterable, Iterator
+
+from .env import LocalFile
+from .table import Table
+from .table_builder import TableBuilder, TableInfo
+from .wal import read_segment
+from .write_batch import decode_batch
+
+__all__ = ["flush_segment", "compact", "JOBS"]
+
+
+def _retained(versions: list[tuple[int, bytes | None]], snapshots: list[int],
+              bottommost: bool) -> list[tuple[int, bytes | None]]:
+    """Of one key's versions (newest first), those some reader can still see."""
+    kept = []
+    last_stripe = -1
+    for seq, value in versions:
+        stripe = bisect_left(snapshots, seq)
+        if stripe != last_stripe:
+            kept.append((seq, value))
+            last_stripe = stripe
+    if bottommost:
+        while kept and kept[-1][1] is None:
+            kept.pop()
+    return kept
+
+
+def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Iterator[str],
+                  opts: dict, snapshots: list[int], bottommost: bool,
+                  target_size: int | None) -> list[TableInfo]:
+    """Write merged ``(key, -seq, value)`` entries, (key, -seq) ascending, to new tables.
+
+    Applies the retention rules; cuts a new table after ``target_size`` bytes, never
+    between versions of one key (so tables of a level stay disjoint).
+    """
+    out: list[TableInfo] = []
+    builder: TableBuilder | None = None
+
+    def new_builder() -> TableBuilder:
+        return TableBuilder(next(paths), block_size=opts["block_size"],
+                            compression=opts["compression"],
+                            bloom_bits_per_key=opts["bloom_bits_per_key"])
+
+    try:
+        if not snapshots:
+            # Fast path: the newest version of each key is the only one anyone can see.
+            last = None
+            for key, nseq, value in entries:
+                if key == last:
+                    continue
+                last = key
+                if value is None and bottommost:
+                    continue
+                if builder is None:
+                    builder = new_builder()
+                elif target_size is not None and builder.file_size >= target_size:
+                    out.append(builder.finish())
+                    builder = new_builder()
+                builder.add(key, -nseq, value)
+        else:
+            def groups() -> Iterator[tuple[bytes, list[tuple[int, bytes | None]]]]:
+                cur: bytes | None = None
+                vs: list[tuple[int, bytes | None]] = []
+                for key, nseq, value in entries:
+                    if key != cur:
+                        if cur is not None:
+                            yield cur, vs
+                        cur, vs = key, []
+                    vs.append((-nseq, value))
+                if cur is not None:
+                    yield cur, vs
+
+            for key, vs in groups():
+                kept = _retained(vs, snapshots, bottommost)
+                if not kept:
+                    continue
+                if builder is None:
+                    builder = new_builder()
+                elif target_size is not None and builder.file_size >= target_size:
+                    out.append(builder.finish())
+                    builder = new_builder()
+                for seq, value in kept:
+                    builder.add(key, seq, value)
+        if builder is not None:
+            out.append(builder.finish())
+            builder = None
+    finally:
+        if builder is not None:
+            builder.abandon()
+    return out
+
+
+def flush_segment(*, segment_path: str, table_path: str, opts: dict,
+                  snapshots: list[int]) -> dict:
+    """Replay a sealed WAL segment into the table its header names.
+
+    Returns ``{"table": TableInfo | None, "last_seq": int, "torn": bool}``; ``table`` is
+    None when the segment holds no writes. Raises CorruptionError on a damaged segment.
+    """
+    seg = read_segment(segment_path)
+    versions: dict[bytes, list[tuple[int, bytes | None]]] = {}
+    last_seq = seg.first_seq - 1
+    for payload in seg.records:
+        seq, ops = decode_batch(payload)
+        for i, (key, value) in enumerate(ops):
+            vs = versions.get(key)
+            if vs is None:
+                versions[key] = [(seq + i, value)]
+            else:
+                vs.append((seq + i, value))
+        if ops:
+            last_seq = max(last_seq, seq + len(ops) - 1)
+    table = None
+    if versions:
+        def entries() -> Iterator[tuple[bytes, int, bytes | None]]:
+            for key in sorted(versions):
+                for seq, value in reversed(versions[key]):
+                    yield key, -seq, value
+
+        tables = _write_tables(entries(), iter([table_path]), opts, snapshots, False, None)
+        table = tables[0] if tables else None
+    return {"table": table, "last_seq": last_seq, "torn": seg.torn}
+
+
+def compact(*, runs: list[list[str]], out_dir: str, out_prefix: str, opts: dict,
+            snapshots: list[int], bottommost: bool, target_file_size: int) -> list[TableInfo]:
+    """Merge sorted runs of tables into new tables named ``<out_prefix>-<i>.sst.tmp``.
+
+    Each run is a list of table paths in key order whose ranges do not overlap (one
+    level-0 file, or consecutive files of one level). The caller renames the outputs to
+    their final numbers and installs them.
+    """
+    tables = []
+    try:
+        for run in runs:
+            tables.append([Table(0, LocalFile(p), None, os.path.basename(p)) for p in run])
+        sources = [chain.from_iterable(t.entries() for t in run) for run in tables]
+        merged = sources[0] if len(sources) == 1 else heapq.merge(*sources)
+        paths = (os.path.join(out_dir, f"{out_prefix}-{i}.sst.tmp") for i in range(1 << 30))
+        return _write_tables(merged, paths, opts, snapshots, bottommost, target_file_size)
+    finally:
+        for run in tables:
+            for t in run:
+                t.close()
+
+
+#: Jobs by name, for the worker protocol.
+JOBS = {"flush_segment": flush_segment, "compact": compact}

@@ -1,0 +1,128 @@
+"""The manifest: a log of version edits, and CURRENT, which names the live manifest.
+
+``MANIFEST-<n>`` holds log_format records whose payloads are version edits (JSON, see
+version.py and docs/format.md). Its first record is a full snapshot: every live file,
+plus ``format_version`` and ``num_levels``. Each later record is one edit, fsynced
+before the change it describes takes effect. ``CURRENT`` holds the manifest's file name
+and a newline; it is replaced atomically (write, fsync, rename, fsync directory), so a
+crash leaves either the old manifest or the new one in charge, never neither.
+
+A torn last record (crash mid-append) is ignored: its edit never took effect, and the
+files it named are unreferenced and get deleted at the next open.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .env import fsync_dir, write_all, write_file_atomic
+from .errors import CorruptionError, Error
+from .filenames import CURRENT, manifest_name, parse_name
+from .log_format import encode_record, read_records
+from .version import FileMeta, Version, VersionEdit
+
+__all__ = ["Manifest", "ManifestState", "load_manifest", "FORMAT_VERSION"]
+
+#: Database format version. An older rocksmash refuses a database with a newer one.
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ManifestState:
+    manifest_number: int
+    version: Version
+    log_number: int
+    next_file: int
+    last_seq: int
+
+
+def _valid_edit(payload: bytes) -> bool:
+    try:
+        VersionEdit.decode(payload)
+    except CorruptionError:
+        return False
+    return True
+
+
+def load_manifest(dirpath: str) -> ManifestState | None:
+    """Replay the live manifest; None if the directory holds no database (no CURRENT)."""
+    try:
+        with open(os.path.join(dirpath, CURRENT), "rb") as f:
+            current = f.read()
+    except FileNotFoundError:
+        return None
+    name = current.decode("utf-8", "replace").strip()
+    parsed = parse_name(name)
+    if not current.endswith(b"\n") or parsed is None or parsed[0] != "manifest":
+        raise CorruptionError(f"CURRENT: does not name a manifest ({current[:64]!r})")
+    try:
+        with open(os.path.join(dirpath, name), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CorruptionError(f"CURRENT names {name}, which is missing") from None
+    records, _, _ = read_records(data, name=name, valid=_valid_edit)
+    if not records:
+        raise CorruptionError(f"{name}: no snapshot record")
+    first = VersionEdit.decode(records[0])
+    if first.format_version is None or first.num_levels is None:
+        raise CorruptionError(f"{name}: first record is not a snapshot")
+    if first.format_version > FORMAT_VERSION:
+        raise Error(f"database format version {first.format_version} is newer than this "
+                    f"rocksmash supports ({FORMAT_VERSION}); upgrade rocksmash")
+    version = Version([[] for _ in range(first.num_levels)])
+    log_number = next_file = last_seq = 0
+    for payload in records:
+        edit = VersionEdit.decode(payload)
+        version = version.apply(edit)
+        if edit.log_number is not None:
+            log_number = edit.log_number
+        if edit.next_file is not None:
+            next_file = edit.next_file
+        if edit.last_seq is not None:
+            last_seq = edit.last_seq
+    version.check()
+    return ManifestState(parsed[1], version, log_number, next_file, last_seq)
+
+
+class Manifest:
+    """An open manifest being appended to. Callers serialize :meth:`log` calls."""
+
+    def __init__(self, dirpath: str, number: int, fd: int, size: int) -> None:
+        self.dirpath = dirpath
+        self.number = number
+        self._fd = fd
+        self.size = size
+
+    @classmethod
+    def create(cls, dirpath: str, number: int, version: Version, *, log_number: int,
+               next_file: int, last_seq: int) -> "Manifest":
+        """Write a new manifest holding a snapshot of ``version`` and make it CURRENT."""
+        snapshot = VersionEdit(added=list(version.files()), log_number=log_number,
+                               next_file=next_file, last_seq=last_seq,
+                               format_version=FORMAT_VERSION, num_levels=version.num_levels)
+        path = os.path.join(dirpath, manifest_name(number))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            rec = encode_record(snapshot.encode())
+            write_all(fd, rec)
+            os.fsync(fd)
+            fsync_dir(dirpath)
+            write_file_atomic(os.path.join(dirpath, CURRENT),
+                              (manifest_name(number) + "\n").encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(dirpath, number, fd, len(rec))
+
+    def log(self, edit: VersionEdit) -> None:
+        """Append ``edit`` and make it durable; the edit takes effect when this returns."""
+        rec = encode_record(edit.encode())
+        write_all(self._fd, rec)
+        os.fsync(self._fd)
+        self.size += len(rec)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)

@@ -1,0 +1,139 @@
+"""Engine options: one frozen dataclass, parsed from keyword arguments.
+
+Every tunable lives here with a line on why it has its default. Sizes accept an ``int``
+(bytes) or a string such as ``"64MiB"``, ``"4KiB"``, ``"1.5GB"`` (SI and IEC units).
+An unknown option raises :class:`~rocksmash.errors.InvalidArgumentError` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+__all__ = ["Options", "parse_size", "COMPRESSIONS"]
+
+#: Compression names accepted by ``compression``; the code stored per block is the index.
+COMPRESSIONS = ("none", "lz4", "zlib", "zstd")
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: int | str, name: str = "size") -> int:
+    """Return a byte count from an int or a string like ``"64MiB"``; raise on anything else."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{name}: expected a size, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{name}: size must be >= 0, got {value}")
+        return value
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if m and m.group(2).lower() in _UNITS:
+            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    raise InvalidArgumentError(f"{name}: cannot parse size {value!r} (try 4096 or '64MiB')")
+
+
+def _size(default: int) -> Any:
+    return field(default=default, metadata={"size": True})
+
+
+@dataclass(frozen=True)
+class Options:
+    """All engine options. Construct with :meth:`from_kwargs` to get parsing and checks."""
+
+    # Bytes of keys+values a memtable holds before it is sealed and flushed. RocksDB's
+    # default; Python objects roughly double the resident size.
+    memtable_size: int = _size(64 << 20)
+    # Sealed memtables allowed to wait for flush before writers stall (memory bound).
+    max_immutable_memtables: int = 2
+    # Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.
+    block_size: int = _size(4 << 10)
+    # Block compression: lz4 is fast enough that decompression is not the bottleneck.
+    compression: str = "lz4"
+    # Bloom filter bits per key; 10 gives roughly a 1-2% false-positive rate.
+    bloom_bits_per_key: int = 10
+    # Default for the ``sync`` argument of writes: fsync the WAL before returning.
+    sync: bool = False
+    # Bytes of decoded data blocks kept in memory (counted as their uncompressed size).
+    block_cache_size: int = _size(64 << 20)
+    # Size at which compaction cuts output tables. Small enough that one compaction step
+    # is a few seconds of Python work.
+    target_file_size: int = _size(8 << 20)
+    # Target size of the base level (the level L0 compacts into), as in RocksDB's
+    # max_bytes_for_level_base; deeper levels grow by ``level_multiplier``.
+    level_base_size: int = _size(64 << 20)
+    level_multiplier: int = 10
+    # Number of levels including L0.
+    num_levels: int = 7
+    # L0 files that trigger a compaction, and the count at which writes stall.
+    l0_compaction_trigger: int = 4
+    l0_stop_writes_trigger: int = 20
+    # Run flush and compaction in worker processes (one each), keeping the GIL free for
+    # the foreground. False runs them on background threads of this process instead.
+    background_processes: bool = True
+    # Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
+    max_key_size: int = _size(64 << 10)
+    max_value_size: int = _size(64 << 20)
+    # Create the database if the path holds none; refuse to open an existing one.
+    create_if_missing: bool = True
+    error_if_exists: bool = False
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> "Options":
+        """Parse and check keyword options; unknown names raise InvalidArgumentError."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in kwargs.items():
+            f = fields.get(name)
+            if f is None:
+                raise InvalidArgumentError(
+                    f"unknown option {name!r}; known options: {', '.join(sorted(fields))}")
+            if f.metadata.get("size"):
+                value = parse_size(value, name)
+            elif f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise InvalidArgumentError(f"{name}: expected True or False, got {value!r}")
+            elif f.type in ("int", int):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InvalidArgumentError(f"{name}: expected an int, got {value!r}")
+            values[name] = value
+        opts = cls(**values)
+        opts._check()
+        return opts
+
+    def _check(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise InvalidArgumentError(
+                f"compression: expected one of {', '.join(COMPRESSIONS)}, got {self.compression!r}")
+        positive = ("memtable_size", "block_size", "target_file_size", "level_base_size",
+                    "block_cache_size", "max_key_size", "max_value_size")
+        for name in positive:
+            if getattr(self, name) <= 0 and name != "block_cache_size":
+                raise InvalidArgumentError(f"{name}: must be > 0")
+        checks = [
+            ("max_immutable_memtables", 1, 64),
+            ("bloom_bits_per_key", 0, 64),
+            ("level_multiplier", 2, 1000),
+            ("num_levels", 2, 20),
+            ("l0_compaction_trigger", 1, 1000),
+            ("l0_stop_writes_trigger", 1, 10000),
+        ]
+        for name, lo, hi in checks:
+            v = getattr(self, name)
+            if not lo <= v <= hi:
+                raise InvalidArgumentError(f"{name}: must be between {lo} and {hi}, got {v}")
+        if self.l0_stop_writes_trigger < self.l0_compaction_trigger:
+            raise InvalidArgumentError("l0_stop_writes_trigger must be >= l0_compaction_trigger")
+        if self.max_key_size > 1 << 30 or self.max_value_size > 1 << 30:
+            raise InvalidArgumentError("max_key_size and max_value_size are limited to 1GiB")

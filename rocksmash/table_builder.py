@@ -1,0 +1,153 @@
+"""Writes one table file from entries added in order (see table_format.py for the layout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from .block import BlockBuilder, encode_stored
+from .bloom import build_filter, key_hash
+from .table_format import FOOTER, FORMAT_VERSION, HANDLE, TABLE_MAGIC
+
+__all__ = ["TableBuilder", "TableInfo", "shortest_separator"]
+
+
+@dataclass
+class TableInfo:
+    """What the manifest needs to know about a finished table."""
+
+    path: str
+    size: int
+    smallest: bytes
+    largest: bytes
+    count: int
+    min_seq: int
+    max_seq: int
+
+
+def shortest_separator(a: bytes, b: bytes) -> bytes:
+    """A short key ``s`` with ``a <= s < b`` (``a < b`` required)."""
+    n = min(len(a), len(b))
+    p = 0
+    while p < n and a[p] == b[p]:
+        p += 1
+    if p < n and a[p] + 1 < b[p]:
+        return a[:p] + bytes((a[p] + 1,))
+    return a
+
+
+class TableBuilder:
+    """Build a table at ``path``. Contract: ``add`` calls come in (key asc, seq desc) order.
+
+    The file is written to ``path`` directly and fsynced by :meth:`finish`; the caller
+    publishes it (manifest edit) only after ``finish`` returns. :meth:`abandon` removes it.
+    """
+
+    def __init__(self, path: str, *, block_size: int, compression: str,
+                 bloom_bits_per_key: int) -> None:
+        self.path = path
+        self._f = open(path, "wb", buffering=1 << 20)
+        self._offset = 0
+        self._block_size = block_size
+        self._compression = compression
+        self._bloom_bits = bloom_bits_per_key
+        self._block = BlockBuilder()
+        self._index = BlockBuilder()
+        self._pending: tuple[bytes, bytes] | None = None  # (last key, handle) of last block
+        self._hashes: list[int] = []
+        self._last: bytes | None = None
+        self._smallest: bytes | None = None
+        self.count = 0
+        self._deletions = 0
+        self._min_seq = 1 << 64
+        self._max_seq = 0
+        self._raw_keys = 0
+        self._raw_values = 0
+
+    @property
+    def file_size(self) -> int:
+        """Bytes written so far plus the open block (what the table would roughly weigh)."""
+        return self._offset + self._block.size
+
+    def add(self, key: bytes, seq: int, value: bytes | None) -> None:
+        if key != self._last:
+            if self._block.size >= self._block_size:
+                self._flush_block()
+            if self._pending is not None:
+                self._index.add(shortest_separator(self._pending[0], key), 0,
+                                self._pending[1])
+                self._pending = None
+            self._hashes.append(key_hash(key))
+            if self._smallest is None:
+                self._smallest = key
+            self._last = key
+        self._block.add(key, seq, value)
+        self.count += 1
+        if value is None:
+            self._deletions += 1
+        else:
+            self._raw_values += len(value)
+        self._raw_keys += len(key)
+        if seq < self._min_seq:
+            self._min_seq = seq
+        if seq > self._max_seq:
+            self._max_seq = seq
+
+    def _write(self, raw: bytes, compression: str) -> bytes:
+        stored = encode_stored(raw, compression)
+        handle = HANDLE.pack(self._offset, len(stored) - 5)
+        self._f.write(stored)
+        self._offset += len(stored)
+        return handle
+
+    def _flush_block(self) -> None:
+        if not len(self._block):
+            return
+        handle = self._write(self._block.finish(), self._compression)
+        self._pending = (self._block.keys[-1], handle)
+        self._block.reset()
+
+    def finish(self, sync: bool = True) -> TableInfo:
+        """Write filter, index, properties and footer; fsync; return the table's info."""
+        if not self.count:
+            raise ValueError("cannot finish an empty table")
+        self._flush_block()
+        assert self._pending is not None and self._smallest is not None
+        self._index.add(self._pending[0], 0, self._pending[1])
+        filter_h = self._write(build_filter(self._hashes, self._bloom_bits), "none")
+        index_h = self._write(self._index.finish(), self._compression)
+        props = {
+            "format_version": FORMAT_VERSION,
+            "count": self.count,
+            "deletions": self._deletions,
+            "distinct_keys": len(self._hashes),
+            "data_blocks": len(self._index),
+            "raw_key_bytes": self._raw_keys,
+            "raw_value_bytes": self._raw_values,
+            "smallest": self._smallest.hex(),
+            "largest": self._last.hex() if self._last is not None else "",
+            "min_seq": self._min_seq,
+            "max_seq": self._max_seq,
+            "compression": self._compression,
+            "bloom_bits_per_key": self._bloom_bits,
+            "created": int(time.time()),
+        }
+        props_h = self._write(json.dumps(props, separators=(",", ":")).encode(), "none")
+        self._f.write(FOOTER.pack(*HANDLE.unpack(filter_h), *HANDLE.unpack(index_h),
+                                  *HANDLE.unpack(props_h), FORMAT_VERSION, TABLE_MAGIC))
+        self._offset += FOOTER.size
+        self._f.flush()
+        if sync:
+            os.fsync(self._f.fileno())
+        self._f.close()
+        return TableInfo(self.path, self._offset, self._smallest, self._last or b"",
+                         self.count, self._min_seq, self._max_seq)
+
+    def abandon(self) -> None:
+        self._f.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

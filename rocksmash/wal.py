@@ -1,0 +1,134 @@
+"""Write-ahead log segments (the extended WAL).
+
+One segment per memtable: a segment is cut exactly when a memtable is sealed, and its
+header names the table number that memtable will be flushed to, so replaying a segment
+regenerates the same table. Flush itself is such a replay, done by a worker process
+from the sealed segment file (see ``jobs.flush_segment``).
+
+Segment layout (integers little-endian)::
+
+    header (40 bytes):
+      magic: 8 bytes  b"rmshWAL\\x01"
+      format_version: u32 (1)
+      segment_number: u64     the number in the file name
+      table_number: u64       the table this segment's memtable flushes to
+      first_seq: u64          sequence numbers in this segment are >= first_seq
+      header_crc: u32         CRC-32 of the 36 bytes before it
+    records: log_format records; each payload is one write batch (write_batch.py)
+
+Do not change this layout; see docs/format.md.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+from .env import fsync_dir, write_all
+from .errors import CorruptionError
+from .filenames import segment_name
+from .log_format import encode_record, read_records
+from .write_batch import is_valid_batch
+
+__all__ = ["WalWriter", "Segment", "read_segment", "read_segment_header", "SEGMENT_MAGIC"]
+
+SEGMENT_MAGIC = b"rmshWAL\x01"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIQQQ")
+HEADER_SIZE = _HEADER.size + 4
+
+
+class WalWriter:
+    """Appends records to one segment. Callers serialize :meth:`add` (the DB write lock).
+
+    ``add`` issues one ``write`` syscall, so an acknowledged write survives the death of
+    this process; :meth:`sync` (fdatasync) makes it survive the machine's.
+    """
+
+    def __init__(self, dirpath: str, number: int, table_number: int, first_seq: int) -> None:
+        self.number = number
+        self.table_number = table_number
+        self.path = os.path.join(dirpath, segment_name(number))
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
+                           0o644)
+        head = _HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, number, table_number, first_seq)
+        write_all(self._fd, head + struct.pack("<I", zlib.crc32(head)))
+        os.fsync(self._fd)
+        fsync_dir(dirpath)
+        #: Bytes written so far (header included); :meth:`sync` makes them durable.
+        self.offset = HEADER_SIZE
+        self.synced = HEADER_SIZE
+
+    def add(self, payload: bytes) -> int:
+        """Append one record; return the offset just past it."""
+        rec = encode_record(payload)
+        n = os.write(self._fd, rec)  # one syscall in the common case
+        if n != len(rec):
+            write_all(self._fd, memoryview(rec)[n:])
+        self.offset += len(rec)
+        return self.offset
+
+    def sync(self) -> None:
+        """Make every record added so far durable."""
+        upto = self.offset
+        if self.synced < upto:
+            os.fdatasync(self._fd)
+            self.synced = upto
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+@dataclass
+class Segment:
+    """A decoded segment: its header fields and the batch payloads of its valid prefix."""
+
+    number: int
+    table_number: int
+    first_seq: int
+    records: list[bytes]
+    good_end: int
+    torn: bool
+
+
+def _parse_header(data: bytes, name: str) -> tuple[int, int, int] | None:
+    """``(number, table_number, first_seq)``, or None for a header cut short at creation."""
+    if len(data) < HEADER_SIZE:
+        if data.strip(b"\0") and not SEGMENT_MAGIC.startswith(data[:8]):
+            raise CorruptionError(f"{name}: not a WAL segment")
+        return None
+    magic, version, number, table_number, first_seq = _HEADER.unpack_from(data, 0)
+    (crc,) = struct.unpack_from("<I", data, _HEADER.size)
+    if magic != SEGMENT_MAGIC or crc != zlib.crc32(data[:_HEADER.size]):
+        raise CorruptionError(f"{name}: bad segment header")
+    if version != FORMAT_VERSION:
+        raise CorruptionError(f"{name}: unsupported WAL format version {version}")
+    return number, table_number, first_seq
+
+
+def read_segment_header(path: str) -> Segment | None:
+    """The header fields of a segment (records not read); None if it was cut short."""
+    with open(path, "rb") as f:
+        head = _parse_header(f.read(HEADER_SIZE), os.path.basename(path))
+    return None if head is None else Segment(*head, [], HEADER_SIZE, False)
+
+
+def read_segment(path: str) -> Segment:
+    """Read a segment; a torn tail is reported, damage before valid data raises CorruptionError.
+
+    A header cut short by a crash at creation (nothing after it was ever written) reads
+    as an empty, torn segment.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    name = os.path.basename(path)
+    head = _parse_header(data, name)
+    if head is None:
+        return Segment(-1, -1, 0, [], 0, True)
+    number, table_number, first_seq = head
+    records, good_end, torn = read_records(data, HEADER_SIZE, name=name, valid=is_valid_batch)
+    return Segment(number, table_number, first_seq, records, good_end, torn)

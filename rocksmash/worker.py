@@ -1,0 +1,129 @@
+"""A flush/compaction worker process and the parent's handle on it.
+
+Why a plain subprocess and not ``multiprocessing``: ``spawn`` re-imports the user's
+``__main__`` (a script without an ``if __name__ == "__main__"`` guard would run again),
+and ``fork`` is unsafe in a threaded process. ``python -m rocksmash._worker_entry`` has neither
+problem, and exits by itself when its parent dies (its stdin closes).
+
+Protocol on the worker's stdin/stdout: frames of ``length: u32 LE`` + pickle. A request
+is ``(job_name, kwargs)``; a reply is ``(True, result)`` or ``(False, exception)``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from typing import Any, BinaryIO
+
+from .errors import Error
+
+__all__ = ["WorkerProcess", "WorkerDied"]
+
+_LEN = struct.Struct("<I")
+
+
+class WorkerDied(Error):
+    """The worker process exited before answering (killed, out of memory)."""
+
+    retriable = True
+
+
+def _read_frame(f: BinaryIO) -> bytes | None:
+    head = f.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = _LEN.unpack(head)
+    data = f.read(n)
+    return data if len(data) == n else None
+
+
+def _write_frame(f: BinaryIO, data: bytes) -> None:
+    f.write(_LEN.pack(len(data)))
+    f.write(data)
+    f.flush()
+
+
+class WorkerProcess:
+    """A lazily started worker; :meth:`call` runs one job in it. One caller at a time."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
+                                        if env.get("PYTHONPATH") else "")
+        return subprocess.Popen([sys.executable, "-m", "rocksmash._worker_entry"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                close_fds=True)
+
+    def call(self, job: str, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            proc = self._proc
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                _write_frame(proc.stdin, pickle.dumps((job, kwargs), protocol=5))
+                reply = _read_frame(proc.stdout)
+            except (BrokenPipeError, OSError):
+                reply = None
+            if reply is None:
+                self._stop_locked()
+                raise WorkerDied(f"{job}: worker process exited unexpectedly")
+        ok, result = pickle.loads(reply)
+        if ok:
+            return result
+        raise result
+
+    def _stop_locked(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+    def stop(self) -> None:
+        """Stop the worker (it finishes a running job first; killed after 10 s)."""
+        with self._lock:
+            self._stop_locked()
+
+
+def main() -> None:
+    from .jobs import JOBS
+
+    inp = sys.stdin.buffer
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # nothing else may write to the reply pipe
+    while True:
+        frame = _read_frame(inp)
+        if frame is None:
+            return
+        job, kwargs = pickle.loads(frame)
+        try:
+            reply = (True, JOBS[job](**kwargs))
+        except Exception as e:  # sent back and raised in the parent
+            try:
+                pickle.dumps(e)
+            except Exception:
+                e = Error(f"{job} failed: {e!r}")
+            reply = (False, e)
+        _write_frame(out, pickle.dumps(reply, protocol=5))
+
