@@ -170,7 +170,12 @@ class FaultInjectingStore(StoreWrapper):
             self._sleep(upload / cfg.bandwidth_bps)
         if fault is not None and not fault.after_apply:
             raise self._strike(fault)
-        result = call()
+        try:
+            result = call()
+        except StoreError:
+            if fault is not None:  # the reply, even an error reply, was lost
+                raise self._strike(fault) from None
+            raise
         if op == "get" and cfg.bandwidth_bps:
             self._sleep(len(result) / cfg.bandwidth_bps)  # type: ignore[arg-type]
         if fault is not None:

@@ -48,10 +48,14 @@ class LatencyHistogram:
         if self.count == 0:
             return 0.0
         rank = max(1, math.ceil(q / 100.0 * self.count))  # nearest-rank definition
+        if rank == self.count:
+            return self.max_s  # the largest sample is known exactly
         seen = 0
         for i, n in enumerate(self.counts):
             seen += n
             if seen >= rank:
+                if i == _BUCKETS - 1:
+                    return self.max_s  # the overflow bucket has no meaningful middle
                 middle = _MIN_S * 2.0 ** ((i + 0.5) / _PER_DOUBLING)
                 # The true extremes are known exactly; never report beyond them.
                 return min(max(middle, self.min_s), self.max_s)

@@ -3,13 +3,17 @@
 This machine's kernel has no netem, so network conditions are emulated in user space: the
 proxy listens on 127.0.0.1, forwards every connection to a target (an S3 endpoint), and
 
-* delays the first bytes of each client->server *burst* by ``delay_ms``: a burst starts
-  when data arrives after the client side was quiet for at least ``quiet_ms`` (the proxy
-  measures how long it *waited* for the data, so its own delays and back-pressure never
-  count as quiet). For HTTP that is one delay per request, since a client sends a
-  request, then waits for the response. With ``Expect: 100-continue`` a PUT is two
-  bursts (headers, then body after the server's go-ahead), as it is two round trips on a
-  real network;
+* delays the first bytes of each client->server *burst* by ``delay_ms``. A burst starts
+  on a connection's first bytes, when the conversation turns (the server sent something
+  since the client's last bytes), or after the client side was quiet for ``quiet_ms``
+  (the proxy measures how long it *waited* for the data, so its own delays and
+  back-pressure never count as quiet). For HTTP that is one delay per request: the
+  turn catches back-to-back requests on a kept-alive connection however fast the
+  server answers, and a request body streamed in many reads stays one burst. With
+  ``Expect: 100-continue`` a PUT is two bursts (headers, then the body after the
+  server's go-ahead), as it is two round trips on a real network. The quiet period is
+  10 ms by default, above Python's 5 ms GIL switch interval, so thread scheduling in
+  a busy client does not split a burst;
 * optionally delays the first bytes of each server->client burst by ``response_delay_ms``;
 * caps throughput at ``bandwidth`` bytes/s per direction, shared by all connections
   (one emulated link), by pacing each chunk to the time the link would need to send it.
@@ -81,6 +85,15 @@ class _Direction:
             await asyncio.sleep(self._free_at - now)
 
 
+class _Turn:
+    """Which direction of one connection forwarded data last."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: _Direction | None = None
+
+
 class DelayProxy:
     """A delaying, throttling TCP proxy from ``host:port`` (127.0.0.1, a free port by
     default) to ``target``; see the module docstring.
@@ -98,7 +111,7 @@ class DelayProxy:
         delay_ms: float | None = None,
         response_delay_ms: float | None = None,
         bandwidth: float | None = None,
-        quiet_ms: float = 2.0,
+        quiet_ms: float = 10.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -223,9 +236,10 @@ class DelayProxy:
                 server_r, server_w = await asyncio.open_connection(*self.target)
             except OSError:
                 return  # target down: the client sees its connection closed
+            turn = _Turn()
             pumps = [
-                asyncio.create_task(self._pump(client_r, server_w, self._up)),
-                asyncio.create_task(self._pump(server_r, client_w, self._down)),
+                asyncio.create_task(self._pump(client_r, server_w, self._up, turn)),
+                asyncio.create_task(self._pump(server_r, client_w, self._down, turn)),
             ]
             try:
                 await asyncio.gather(*pumps)
@@ -242,22 +256,26 @@ class DelayProxy:
             self._tasks.discard(task)
 
     async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, d: _Direction
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        d: _Direction,
+        turn: _Turn,
     ) -> None:
         loop = asyncio.get_running_loop()
-        first = True
         while True:
             waited_from = loop.time()
             data = await reader.read(_CHUNK)
             if not data:
                 break
-            # A burst starts when we had to wait for its data; bytes already queued while
-            # we slept or paced belong to the burst in progress.
-            if first or loop.time() - waited_from >= self.quiet_s:
+            # New burst: first data or the other side spoke last (turn.last is not d), or
+            # we had to wait a while for it. Bytes that queued up while we slept or paced
+            # arrive without waiting and belong to the burst in progress.
+            if turn.last is not d or loop.time() - waited_from >= self.quiet_s:
+                turn.last = d
                 d.bursts += 1
                 if d.delay_s:
                     await asyncio.sleep(d.delay_s)
-            first = False
             await d.pace(len(data))
             writer.write(data)
             await writer.drain()
@@ -312,8 +330,9 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m cloudtier.proxy",
         description=(
             "TCP proxy that adds per-request delay and caps bandwidth between a client and "
-            "an S3 endpoint (or any TCP server). A request is a client->server burst that "
-            "starts after the client was quiet for --quiet-ms."
+            "an S3 endpoint (or any TCP server). A request is a client->server burst: it "
+            "starts on a new connection, after the server has answered, or after the "
+            "client was quiet for --quiet-ms."
         ),
         epilog=(
             "profiles: "
@@ -339,7 +358,9 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="RATE",
         help="cap per direction in bytes/s: 100MB, 12.5MiB, 1Gbit, 500000",
     )
-    parser.add_argument("--quiet-ms", type=float, default=2.0, help="gap that separates two bursts, ms (default: 2)")
+    parser.add_argument(
+        "--quiet-ms", type=float, default=10.0, help="client silence that starts a new request, ms (default: 10)"
+    )
     return parser
 
 

@@ -1,0 +1,233 @@
+"""DelayProxy: measurable per-request delay, bandwidth cap, intact bytes, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cloudtier
+from cloudtier.proxy import PROFILES, DelayProxy, parse_bandwidth, parse_hostport
+from cloudtier.testing import MotoServer, free_port
+
+REPO_ROOT = Path(cloudtier.__file__).resolve().parent.parent
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture(scope="module")
+def echo_server() -> Iterator[tuple[str, int]]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address  # type: ignore[misc]
+    server.shutdown()
+    server.server_close()
+
+
+def exchange(sock: socket.socket, payload: bytes) -> bytes:
+    """Send payload (from a thread, so big payloads cannot deadlock) and read it back."""
+    sender = threading.Thread(target=sock.sendall, args=(payload,))
+    sender.start()
+    got = bytearray()
+    while len(got) < len(payload):
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            break
+        got += chunk
+    sender.join()
+    return bytes(got)
+
+
+def test_each_request_is_delayed(echo_server: tuple[str, int]) -> None:
+    with DelayProxy(echo_server, delay_ms=50) as proxy:
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            for i in range(3):
+                t0 = time.monotonic()
+                assert exchange(sock, f"request {i}".encode()) == f"request {i}".encode()
+                assert time.monotonic() - t0 >= 0.05
+        assert proxy.stats()["requests"] == 3
+
+
+def test_response_delay(echo_server: tuple[str, int]) -> None:
+    with DelayProxy(echo_server, response_delay_ms=40) as proxy:
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            t0 = time.monotonic()
+            assert exchange(sock, b"ping") == b"ping"
+            assert time.monotonic() - t0 >= 0.04
+
+
+class _Digest(socketserver.BaseRequestHandler):
+    """HTTP-like: read one length-prefixed request, answer with its SHA-256; repeat."""
+
+    def handle(self) -> None:
+        f = self.request.makefile("rb")
+        while header := f.read(8):
+            body = f.read(int.from_bytes(header, "big"))
+            self.request.sendall(hashlib.sha256(body).digest())
+
+
+def test_large_requests_pass_intact_with_one_delay_each() -> None:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Digest)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    payloads = [os.urandom(3 * 2**20), os.urandom(100), os.urandom(2**20)]
+    try:
+        # A long quiet period: only the turn-taking rule may split these requests, and a
+        # stall of a busy CI machine mid-stream cannot.
+        with DelayProxy(server.server_address, delay_ms=20, quiet_ms=200) as proxy:  # type: ignore[arg-type]
+            with socket.create_connection((proxy.host, proxy.port)) as sock:
+                f = sock.makefile("rb")
+                for payload in payloads:  # back to back on one connection, no pause
+                    t0 = time.monotonic()
+                    sock.sendall(len(payload).to_bytes(8, "big") + payload)
+                    assert f.read(32) == hashlib.sha256(payload).digest()
+                    assert time.monotonic() - t0 >= 0.02
+            stats = proxy.stats()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert stats["bytes_up"] == sum(8 + len(p) for p in payloads)
+    assert stats["bytes_down"] == 32 * len(payloads)
+    # A request streamed in many reads is one burst; each answer starts the next one.
+    assert stats["requests"] == len(payloads)
+
+
+def test_echoed_bytes_are_intact(echo_server: tuple[str, int]) -> None:
+    payload = os.urandom(2**20)
+    with DelayProxy(echo_server) as proxy:
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            assert exchange(sock, payload) == payload
+
+
+def test_bandwidth_cap(echo_server: tuple[str, int]) -> None:
+    payload = os.urandom(300_000)
+    with DelayProxy(echo_server, bandwidth=1_000_000) as proxy:  # 1 MB/s per direction
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            t0 = time.monotonic()
+            assert exchange(sock, payload) == payload
+            assert time.monotonic() - t0 >= 0.25  # 300 kB at 1 MB/s is 0.3 s
+
+
+def test_unreachable_target_closes_the_client_connection() -> None:
+    with DelayProxy(("127.0.0.1", free_port())) as proxy:
+        with socket.create_connection((proxy.host, proxy.port), timeout=5) as sock:
+            try:
+                sock.sendall(b"hello")
+                assert sock.recv(10) == b""
+            except ConnectionResetError:
+                pass  # equally fine: the link was dropped
+
+
+def test_stop_closes_open_connections(echo_server: tuple[str, int]) -> None:
+    proxy = DelayProxy(echo_server).start()
+    sock = socket.create_connection((proxy.host, proxy.port), timeout=5)
+    assert exchange(sock, b"x") == b"x"
+    proxy.stop()
+    try:
+        assert sock.recv(10) == b""
+    except ConnectionResetError:
+        pass
+    sock.close()
+    proxy.stop()  # idempotent
+
+
+def test_profiles_and_overrides() -> None:
+    assert PROFILES["lan"].delay_ms == 1.0
+    assert PROFILES["s3"].delay_ms == 20.0
+    assert PROFILES["none"].delay_ms == 0.0
+    assert DelayProxy("127.0.0.1:9", profile="s3").delay_ms == 20.0
+    assert DelayProxy("127.0.0.1:9", profile="s3", delay_ms=5).delay_ms == 5
+    with pytest.raises(ValueError):
+        DelayProxy("127.0.0.1:9", profile="wan")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("100MB", 100e6), ("100 MB/s", 100e6), ("12.5MiB", 12.5 * 2**20), ("1Gbit", 125e6), ("500000", 500000), ("2kb", 2000)],
+)
+def test_parse_bandwidth(text: str, value: float) -> None:
+    assert parse_bandwidth(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "100XB", "-5MB", "0"])
+def test_parse_bandwidth_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_bandwidth(text)
+
+
+def test_parse_hostport() -> None:
+    assert parse_hostport("127.0.0.1:9000") == ("127.0.0.1", 9000)
+    assert parse_hostport("http://localhost:9000/") == ("localhost", 9000)
+    for bad in ("127.0.0.1", ":80", "host:http", "host:70000"):
+        with pytest.raises(ValueError):
+            parse_hostport(bad)
+
+
+def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "cloudtier.proxy", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,
+    )
+
+
+def test_cli_help() -> None:
+    proc = _cli("--help")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    for needle in ("--target", "--delay-ms", "--bandwidth", "--profile", "lan", "s3", "100MB"):
+        assert needle in out
+
+
+def test_cli_runs_delays_and_stops_on_sigterm(echo_server: tuple[str, int]) -> None:
+    proc = _cli("--target", f"{echo_server[0]}:{echo_server[1]}", "--delay-ms", "30")
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on 127.0.0.1:" in line, line + proc.stderr.read()  # type: ignore[union-attr]
+        port = int(line.split("listening on 127.0.0.1:")[1].split()[0])
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            t0 = time.monotonic()
+            assert exchange(sock, b"hello") == b"hello"
+            assert time.monotonic() - t0 >= 0.03
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0
+    assert "stopped" in out
+
+
+@pytest.mark.server
+def test_s3_requests_through_the_proxy_are_delayed(moto_server: MotoServer, s3_options: dict[str, Any]) -> None:
+    from cloudtier.s3_store import S3Store
+    from cloudtier_testutil import BUCKET
+
+    with DelayProxy(moto_server.endpoint_url, profile="s3") as proxy:
+        with S3Store(BUCKET, "proxied", **{**s3_options, "endpoint_url": proxy.endpoint_url}) as store:
+            store.put("k", b"v" * 1000)
+            t0 = time.monotonic()
+            for _ in range(3):
+                assert store.get("k") == b"v" * 1000
+            assert time.monotonic() - t0 >= 3 * 0.020
+        assert proxy.stats()["requests"] >= 4
