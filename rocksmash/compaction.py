@@ -122,6 +122,16 @@ def range_compaction(v: Version, lo: bytes | None, hi: bytes | None) -> Compacti
     runs: list[list[FileMeta]] = []
     for level in range(last + 1):
         files = v.overlapping(level, lo, hi)
+        if level == 0:  # L0 files overlap each other: widen until no more join
+            while True:
+                if files:
+                    flo, fhi = _key_range(files)
+                    lo = None if lo is None else min(lo, flo)
+                    hi = None if hi is None else max(hi, fhi)
+                wider = v.overlapping(0, lo, hi)
+                if len(wider) == len(files):
+                    break
+                files = wider
         if not files:
             continue
         inputs += [(level, f) for f in files]

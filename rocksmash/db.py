@@ -690,22 +690,19 @@ class DB:
                 self._compaction_wanted = False
             try:
                 while not self._closing:
-                    with self._version_lock:
-                        c = pick_compaction(self._version, self.options, self._pointers)
-                    if c is None:
-                        break
-                    self._run_compaction(c)
+                    with self._compaction_mutex:  # pick and run with no one in between
+                        with self._version_lock:
+                            c = pick_compaction(self._version, self.options, self._pointers)
+                        if c is None:
+                            break
+                        self._run_compaction(c)
             except BaseException as e:
                 self._fail(e)
                 return
 
     def _run_compaction(self, c: Compaction) -> None:
-        """Execute ``c`` and install its result. Only one compaction runs at a time (the
-        compaction thread or compact_range, which holds ``_compaction_mutex``)."""
-        with self._compaction_mutex:
-            self._run_compaction_locked(c)
-
-    def _run_compaction_locked(self, c: Compaction) -> None:
+        """Execute ``c`` and install its result (``_compaction_mutex`` held: one
+        compaction at a time, from the compaction thread or compact_range)."""
         edit = VersionEdit(deleted=[(lvl, f.number) for lvl, f in c.inputs])
         outputs: list[FileMeta] = []
         if c.trivial_move:
@@ -794,7 +791,7 @@ class DB:
             with self._version_lock:
                 c = range_compaction(self._version, start, end)
             if c is not None:
-                self._run_compaction_locked(c)
+                self._run_compaction(c)
         with self._lock:
             self._compaction_wanted = True
             self._cv.notify_all()

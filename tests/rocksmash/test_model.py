@@ -1,0 +1,146 @@
+"""The engine against a dict model: random puts, deletes, batches, snapshots, scans in
+both directions with bounds, flushes, compactions, close and reopen. Every answer must
+match the model's. Small memtables and level sizes force flushes and multi-level
+compactions every few operations; background work runs concurrently with the test."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invariant,
+                                 precondition, rule)
+
+import rocksmash
+
+KEYS = st.one_of(st.sampled_from([b"", b"a", b"ab", b"b", b"ba", b"c", b"k1", b"k2", b"k3",
+                                  b"\x00", b"\xff", b"zz"]),
+                 st.binary(min_size=0, max_size=4))
+VALUES = st.one_of(st.binary(max_size=12), st.binary(min_size=100, max_size=400))
+BOUNDS = st.one_of(st.none(), KEYS)
+
+SMALL = dict(memtable_size=1024, block_size=256, target_file_size=2048,
+             level_base_size=4096, level_multiplier=2, l0_compaction_trigger=2,
+             num_levels=4, block_cache_size="64KiB")
+
+
+def model_scan(model: dict, start, end, reverse):
+    keys = sorted(k for k in model if (start is None or k >= start) and (end is None or k < end))
+    if reverse:
+        keys.reverse()
+    return [(k, model[k]) for k in keys]
+
+
+class DBModel(RuleBasedStateMachine):
+    snapshots = Bundle("snapshots")
+    options: dict = dict(SMALL, background_processes=False)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.path = tempfile.mkdtemp(prefix="rocksmash-model-")
+        self.db = rocksmash.open(self.path, **self.options)
+        self.model: dict[bytes, bytes] = {}
+        self.live_snaps: list = []
+
+    def teardown(self) -> None:
+        self.db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    @rule(k=KEYS, v=VALUES)
+    def put(self, k, v):
+        self.db.put(k, v)
+        self.model[k] = v
+
+    @rule(k=KEYS)
+    def delete(self, k):
+        self.db.delete(k)
+        self.model.pop(k, None)
+
+    @rule(ops=st.lists(st.tuples(KEYS, st.one_of(st.none(), VALUES)), max_size=8))
+    def batch(self, ops):
+        b = rocksmash.WriteBatch()
+        for k, v in ops:
+            b.put(k, v) if v is not None else b.delete(k)
+        self.db.write(b)
+        for k, v in ops:
+            if v is None:
+                self.model.pop(k, None)
+            else:
+                self.model[k] = v
+
+    @rule(k=KEYS)
+    def get(self, k):
+        assert self.db.get(k) == self.model.get(k)
+
+    @rule(ks=st.lists(KEYS, max_size=5))
+    def multi_get(self, ks):
+        assert self.db.multi_get(ks) == [self.model.get(k) for k in ks]
+
+    @rule(start=BOUNDS, end=BOUNDS, reverse=st.booleans())
+    def scan(self, start, end, reverse):
+        assert list(self.db.scan(start, end, reverse=reverse)) == model_scan(
+            self.model, start, end, reverse)
+
+    @rule(target=snapshots)
+    def take_snapshot(self):
+        snap = (self.db.snapshot(), dict(self.model))
+        self.live_snaps.append(snap)
+        return snap
+
+    @rule(snap=snapshots, k=KEYS)
+    def snapshot_get(self, snap, k):
+        s, m = snap
+        if s in [x for x, _ in self.live_snaps]:
+            assert s.get(k) == m.get(k)
+
+    @rule(snap=snapshots, start=BOUNDS, end=BOUNDS, reverse=st.booleans())
+    def snapshot_scan(self, snap, start, end, reverse):
+        s, m = snap
+        if s in [x for x, _ in self.live_snaps]:
+            assert list(self.db.scan(start, end, reverse=reverse, snapshot=s)) == model_scan(
+                m, start, end, reverse)
+
+    @rule(snap=consumes(snapshots))
+    def release(self, snap):
+        s, _ = snap
+        s.close()
+        self.live_snaps = [x for x in self.live_snaps if x[0] is not s]
+
+    @rule()
+    def flush(self):
+        self.db.flush()
+
+    @rule(start=BOUNDS, end=BOUNDS)
+    def compact(self, start, end):
+        self.db.compact_range(start, end)
+
+    @rule()
+    def reopen(self):
+        for s, _ in self.live_snaps:
+            s.close()
+        self.live_snaps = []
+        self.db.close()
+        self.db = rocksmash.open(self.path, **self.options)
+
+    @invariant()
+    def no_background_error(self):
+        assert self.db.stats()["background_error"] is None
+
+
+SETTINGS = settings(max_examples=60, stateful_step_count=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestModelThreads = DBModel.TestCase
+TestModelThreads.settings = SETTINGS
+
+
+class DBModelProcesses(DBModel):
+    """Same machine, with flush and compaction in worker processes (the default)."""
+
+    options = dict(SMALL, background_processes=True)
+
+
+TestModelProcesses = DBModelProcesses.TestCase
+TestModelProcesses.settings = settings(SETTINGS, max_examples=15)
