@@ -1,0 +1,159 @@
+"""The object-store side of a benchmark: an S3 endpoint and the network in front of it.
+
+``--network`` picks one of:
+
+===============  ==========================================================================
+``local``        no object store; every system keeps everything on local disk
+``loopback``     moto's S3 server on 127.0.0.1, behind a pass-through proxy (0 ms)
+``lan``          the same, 1 ms added per request (a rack away)
+``s3``           the same, 20 ms added per request (S3's first-byte latency in-region)
+===============  ==========================================================================
+
+``--delay-ms`` and ``--bandwidth`` override the profile's delay and add a bandwidth cap.
+``--s3-endpoint URL`` uses an existing S3-compatible endpoint (MinIO, Ceph, AWS) instead
+of starting moto; its credentials then come from the usual ``AWS_*`` variables.
+
+Every system in a comparison talks to the endpoint through the *same* proxy
+(cloudtier's DelayProxy), whose counters give system-independent request and byte
+counts per trial. Each trial gets its own key prefix; after the trial the prefix is
+listed (objects, bytes stored) and deleted, so moto's memory stays bounded.
+
+cloudtier (MotoServer, DelayProxy) and boto3 are imported only when an object store is
+actually used.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import TracebackType
+from typing import Any
+
+from bench.runners.base import ObjectStoreTarget
+
+__all__ = ["Environment", "NETWORKS"]
+
+#: network name -> added delay per request (ms); None = no object store at all.
+NETWORKS: dict[str, float | None] = {"local": None, "loopback": 0.0, "lan": 1.0, "s3": 20.0}
+
+_BUCKET = "bench"
+_FAKE_KEY = "bench-test"
+_FAKE_SECRET = "bench-test-secret"
+
+
+class Environment:
+    """Context manager owning the endpoint (moto) and the proxy for a whole CLI run."""
+
+    def __init__(self, network: str = "local", *, delay_ms: float | None = None,
+                 bandwidth: float | None = None, endpoint: str | None = None,
+                 bucket: str = _BUCKET, keep_objects: bool = False) -> None:
+        if network not in NETWORKS:
+            raise ValueError(f"unknown network {network!r}; choose from {', '.join(NETWORKS)}")
+        self.network = network
+        self.delay_ms = NETWORKS[network] if delay_ms is None else delay_ms
+        self.bandwidth = bandwidth
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.keep_objects = keep_objects
+        self.run_id = uuid.uuid4().hex[:8]
+        self._moto: Any = None
+        self._proxy: Any = None
+        self._s3: Any = None
+        self._creds: dict[str, str] = {}
+
+    @property
+    def has_object_store(self) -> bool:
+        return NETWORKS[self.network] is not None
+
+    def __enter__(self) -> "Environment":
+        if not self.has_object_store:
+            return self
+        import boto3
+        from cloudtier.proxy import DelayProxy, parse_hostport
+
+        try:
+            if self.endpoint:
+                direct = self.endpoint
+                self._creds = {}
+            else:
+                from cloudtier.testing import MotoServer
+
+                self._moto = MotoServer().start()
+                direct = self._moto.endpoint_url
+                self._creds = {"AWS_ACCESS_KEY_ID": _FAKE_KEY, "AWS_SECRET_ACCESS_KEY": _FAKE_SECRET}
+            host_port = direct.split("://", 1)[1].rstrip("/")
+            self._proxy = DelayProxy(parse_hostport(host_port), delay_ms=self.delay_ms,
+                                     bandwidth=self.bandwidth).start()
+            kw: dict[str, Any] = {"endpoint_url": direct, "region_name": "us-east-1"}
+            if self._creds:
+                kw.update(aws_access_key_id=_FAKE_KEY, aws_secret_access_key=_FAKE_SECRET)
+            self._s3 = boto3.client("s3", **kw)
+            try:
+                self._s3.create_bucket(Bucket=self.bucket)
+            except self._s3.exceptions.BucketAlreadyOwnedByYou:
+                pass
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._proxy is not None:
+            self._proxy.stop()
+            self._proxy = None
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+
+    def target(self, name: str) -> ObjectStoreTarget | None:
+        """A fresh bucket prefix for one trial, reached through the proxy (None if local)."""
+        if not self.has_object_store:
+            return None
+        return ObjectStoreTarget(
+            bucket=self.bucket, prefix=f"{self.run_id}/{name}",
+            endpoint_url=self._proxy.endpoint_url, region="us-east-1",
+            access_key_id=self._creds.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=self._creds.get("AWS_SECRET_ACCESS_KEY"),
+        )
+
+    def child_env(self) -> dict[str, str]:
+        """Environment variables a trial process needs to reach the endpoint."""
+        env = dict(self._creds)
+        if self.has_object_store:
+            env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        return env
+
+    def proxy_counters(self) -> dict[str, int] | None:
+        """The proxy's cumulative counters (requests, bytes up/down), or None."""
+        return dict(self._proxy.stats()) if self._proxy is not None else None
+
+    def usage(self, target: ObjectStoreTarget) -> dict[str, int]:
+        """Objects and bytes stored under a trial's prefix (listed directly, not proxied)."""
+        objects = size = 0
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=target.bucket, Prefix=target.prefix.rstrip("/") + "/"):
+            for obj in page.get("Contents", []):
+                objects += 1
+                size += int(obj["Size"])
+        return {"objects": objects, "bytes": size}
+
+    def clear(self, target: ObjectStoreTarget) -> None:
+        """Delete a trial's objects (unless ``keep_objects``)."""
+        if self.keep_objects:
+            return
+        paginator = self._s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=target.bucket, Prefix=target.prefix.rstrip("/") + "/"):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                self._s3.delete_objects(Bucket=target.bucket, Delete={"Objects": keys, "Quiet": True})
+
+    def describe(self) -> dict[str, Any]:
+        if not self.has_object_store:
+            return {"network": "local", "object_store": None}
+        return {
+            "network": self.network,
+            "object_store": self.endpoint or "moto (in-memory S3 on 127.0.0.1)",
+            "proxy": self._proxy.describe() if self._proxy is not None else None,
+            "bucket": self.bucket,
+            "run_prefix": self.run_id,
+        }

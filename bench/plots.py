@@ -1,0 +1,131 @@
+"""PNG plots of a results document (matplotlib, Agg backend: no display needed).
+
+* ``throughput.png``: run-phase ops/s per workload, one bar per system, each bar labelled
+  with its ratio to the baseline.
+* ``latency_cdf_<w>.png``: per workload, the CDF of run-phase latencies per system
+  (solid: all operations; dotted: each operation type), log-scaled microseconds.
+* ``timeline_<w>.png``: per workload, ops/s in one-second buckets per system.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from bench.metrics import cdf_from_encoded  # noqa: E402
+from bench.report import comparison_rows  # noqa: E402
+from bench.workloads import OP_NAMES  # noqa: E402
+
+__all__ = ["write_plots"]
+
+_LINESTYLES = {"read": ":", "update": "--", "insert": "-.", "scan": (0, (1, 3)), "rmw": (0, (5, 2, 1, 2))}
+
+
+def _ok_trials(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(t["workload"], t["system"]): t for t in doc.get("trials", []) if t.get("status") == "ok"}
+
+
+def _colors(systems: list[str]) -> dict[str, Any]:
+    cmap = plt.get_cmap("tab10")
+    return {s: cmap(i % 10) for i, s in enumerate(systems)}
+
+
+def plot_throughput(doc: dict[str, Any], path: Path, baseline: str | None = None) -> Path:
+    rows = comparison_rows(doc, baseline)
+    workloads = list(doc.get("workloads", []))
+    systems = list(doc.get("systems", []))
+    colors = _colors(systems)
+    fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.5 * len(workloads) * (len(systems) + 1))), 4.5))
+    width = 0.8 / max(1, len(systems))
+    for j, s in enumerate(systems):
+        xs, ys, labels = [], [], []
+        for i, w in enumerate(workloads):
+            r = next((r for r in rows if r["workload"] == w and r["system"] == s), None)
+            if r is None or r["tput"] is None:
+                continue
+            xs.append(i + (j - (len(systems) - 1) / 2) * width)
+            ys.append(r["tput"])
+            labels.append("" if r["tput_ratio"] is None else f"{r['tput_ratio']:.2f}x")
+        bars = ax.bar(xs, ys, width=width, label=s, color=colors[s])
+        for b, lab in zip(bars, labels):
+            ax.annotate(lab, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+                        va="bottom", fontsize=7)
+    ax.set_xticks(range(len(workloads)), [w.upper() for w in workloads])
+    ax.set_xlabel("workload")
+    ax.set_ylabel("operations / s (run phase)")
+    ax.set_title(f"Throughput (labels: ratio to {baseline or doc.get('baseline')})")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_latency_cdf(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
+    trials = _ok_trials(doc)
+    systems = [s for s in doc.get("systems", []) if (workload, s) in trials]
+    if not systems:
+        return None
+    colors = _colors(list(doc.get("systems", [])))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in systems:
+        lat = trials[(workload, s)]["run"]["latency"]
+        for op in ("all",) + OP_NAMES:
+            enc = (lat.get(op) or {}).get("hdr")
+            if not enc:
+                continue
+            x, y = cdf_from_encoded(enc)
+            style = "-" if op == "all" else _LINESTYLES[op]
+            ax.plot(x, y, linestyle=style, color=colors[s], linewidth=1.6 if op == "all" else 1.0,
+                    label=f"{s} {op}")
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (µs, log scale)")
+    ax.set_ylabel("fraction of operations")
+    ax.set_title(f"Workload {workload.upper()}: latency CDF")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_timeline(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
+    trials = _ok_trials(doc)
+    systems = [s for s in doc.get("systems", []) if (workload, s) in trials]
+    if not systems:
+        return None
+    colors = _colors(list(doc.get("systems", [])))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for s in systems:
+        tl = trials[(workload, s)]["run"].get("timeline") or []
+        ax.plot(range(1, len(tl) + 1), tl, marker="." if len(tl) < 30 else None, color=colors[s], label=s)
+    ax.set_xlabel("second of the run phase")
+    ax.set_ylabel("operations / s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Workload {workload.upper()}: throughput over time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(doc: dict[str, Any], out_dir: Path, baseline: str | None = None) -> list[Path]:
+    """Write every plot into ``out_dir``; return the paths written."""
+    paths: list[Path] = []
+    if any(t.get("status") == "ok" for t in doc.get("trials", [])):
+        paths.append(plot_throughput(doc, out_dir / "throughput.png", baseline))
+    for w in doc.get("workloads", []):
+        for fn, name in ((plot_latency_cdf, f"latency_cdf_{w}.png"), (plot_timeline, f"timeline_{w}.png")):
+            p = fn(doc, w, out_dir / name)
+            if p is not None:
+                paths.append(p)
+    return paths

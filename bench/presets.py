@@ -1,0 +1,55 @@
+"""Named comparisons (``--preset NAME``). Explicit command-line options override them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PRESETS"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "engine-core": {
+        "description": "the engine comparison: YCSB A, B, C, E, F; 1M records of 24-byte keys "
+                       "and 100-byte values; zipfian; one client thread; rocksmash vs RocksDB, "
+                       "both on local disk",
+        "workloads": ["a", "b", "c", "e", "f"],
+        "records": 1_000_000,
+        "ops": 1_000_000,
+        "key_size": 24,
+        "value_size": 100,
+        "distribution": "zipfian",
+        "threads": 1,
+        "systems": ["rocksmash", "rocksdb"],
+        "baseline": "rocksdb",
+        "network": "local",
+    },
+    "tiered-s3": {
+        "description": "the tiering comparison: YCSB A-F; 1M records; rocksmash with a 10% local "
+                       "budget and SlateDB on the same emulated S3 (moto behind a 20 ms/request "
+                       "proxy); all-local RocksDB as the reference",
+        "workloads": ["a", "b", "c", "d", "e", "f"],
+        "records": 1_000_000,
+        "ops": 200_000,
+        "systems": ["rocksmash", "slatedb", "rocksdb"],
+        "baseline": "rocksdb",
+        "network": "s3",
+        "local_budget": "10%",
+    },
+    "smoke": {
+        "description": "a quick end-to-end check: every workload, 5,000 records and operations, "
+                       "RocksDB and the no-op system",
+        "workloads": ["a", "b", "c", "d", "e", "f"],
+        "records": 5_000,
+        "ops": 5_000,
+        "systems": ["rocksdb", "noop"],
+        "baseline": "rocksdb",
+    },
+    "overhead": {
+        "description": "the driver's own cost per operation: the no-op systems (threads and "
+                       "asyncio) on every workload, 1M operations",
+        "workloads": ["a", "b", "c", "d", "e", "f"],
+        "records": 100_000,
+        "ops": 1_000_000,
+        "systems": ["noop", "noop-async"],
+        "baseline": "noop",
+    },
+}

@@ -1,0 +1,324 @@
+"""Reports of a YCSB comparison: terminal table, JSON, Markdown (plots: :mod:`bench.plots`).
+
+Everything here reads one *results document* (the JSON written by the CLI)::
+
+    {"schema": "bench.ycsb/1", "created": ..., "command": ..., "machine": {...},
+     "config": {...}, "environment": {...}, "baseline": "rocksdb",
+     "systems": [...], "workloads": [...], "trials": [<bench.trial result>, ...]}
+
+Ratios: every row is compared with the baseline system's row of the same workload.
+``x base`` = this system's value / the baseline's. For throughput higher is better; for
+latency, memory, disk, requests and dollars lower is better. A ratio is ``-`` when
+either side is missing, failed, or zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bench.units import format_bytes, format_count, format_ratio, format_us
+from bench.workloads import CORE_WORKLOADS, OP_NAMES
+
+__all__ = [
+    "SCHEMA",
+    "ratio",
+    "comparison_rows",
+    "render_table",
+    "render_markdown",
+    "write_json",
+    "load_json",
+    "write_reports",
+]
+
+SCHEMA = "bench.ycsb/1"
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    """``value / base``, or None when either is missing/NaN or ``base`` is zero."""
+    if value is None or base is None:
+        return None
+    if isinstance(value, float) and math.isnan(value) or isinstance(base, float) and math.isnan(base):
+        return None
+    if base == 0:
+        return None
+    return value / base
+
+
+def _get(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def _peak_rss(trial: dict[str, Any]) -> int | None:
+    rss = trial.get("rss") or {}
+    candidates = [rss.get("tree_peak"), rss.get("peak_self")]
+    vals = [v for v in candidates if isinstance(v, int) and v > 0]
+    return max(vals) if vals else None
+
+
+def _requests(counts: dict[str, int] | None) -> int | None:
+    if not counts:
+        return None
+    return sum(v for k, v in counts.items() if k in ("get", "put", "list", "head", "delete", "other"))
+
+
+def _metrics(trial: dict[str, Any]) -> dict[str, Any]:
+    """The comparable numbers of one trial (None where not measured)."""
+    ok = trial.get("status") == "ok"
+    run_counts = _get(trial, "object_store_requests", "run")
+    load_counts = _get(trial, "object_store_requests", "load")
+    total_counts: dict[str, int] | None = None
+    if run_counts or load_counts:
+        total_counts = {}
+        for c in (load_counts or {}, run_counts or {}):
+            for k, v in c.items():
+                total_counts[k] = total_counts.get(k, 0) + int(v)
+    return {
+        "ok": ok,
+        "load_tput": _get(trial, "load", "throughput") if ok else None,
+        "tput": _get(trial, "run", "throughput") if ok else None,
+        "p50": _get(trial, "run", "latency", "all", "p50_us") if ok else None,
+        "p99": _get(trial, "run", "latency", "all", "p99_us") if ok else None,
+        "p999": _get(trial, "run", "latency", "all", "p999_us") if ok else None,
+        "rss": _peak_rss(trial),
+        "disk": _get(trial, "disk", "after_run", "allocated"),
+        "stored": _get(trial, "object_store_usage", "bytes"),
+        "requests": _get(trial, "proxy", "requests") if trial.get("proxy") else _requests(total_counts),
+        "run_requests": _requests(run_counts),
+        "usd": _get(trial, "dollars", "requests_usd"),
+        "not_found": _get(trial, "run", "not_found"),
+    }
+
+
+def comparison_rows(doc: dict[str, Any], baseline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (workload, system), in the document's order, with ratio columns.
+
+    Each row has the raw metrics (see :func:`_metrics`) plus ``<metric>_ratio`` for
+    ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``, ``stored``,
+    ``requests``, ``usd``, and ``is_baseline``.
+    """
+    base_name = baseline or doc.get("baseline")
+    by_key = {(t["workload"], t["system"]): t for t in doc.get("trials", [])}
+    workloads = doc.get("workloads") or sorted({t["workload"] for t in doc.get("trials", [])})
+    systems = doc.get("systems") or sorted({t["system"] for t in doc.get("trials", [])})
+    rows = []
+    for w in workloads:
+        base_trial = by_key.get((w, base_name))
+        base = _metrics(base_trial) if base_trial else {}
+        for s in systems:
+            trial = by_key.get((w, s))
+            if trial is None:
+                continue
+            m = _metrics(trial)
+            row: dict[str, Any] = {"workload": w, "system": s, "status": trial.get("status"),
+                                   "error": trial.get("error"), "is_baseline": s == base_name, **m}
+            for key in ("load_tput", "tput", "p50", "p99", "rss", "disk", "stored", "requests", "usd"):
+                row[f"{key}_ratio"] = ratio(m.get(key), base.get(key))
+            rows.append(row)
+    return rows
+
+
+_COLUMNS: list[tuple[str, str, Any]] = [
+    ("workload", "wl", lambda r: r["workload"].upper()),
+    ("system", "system", lambda r: r["system"] + (" *" if r["is_baseline"] else "")),
+    ("load", "load rec/s", lambda r: format_count(r["load_tput"])),
+    ("load_x", "x base", lambda r: format_ratio(r["load_tput_ratio"])),
+    ("tput", "run ops/s", lambda r: format_count(r["tput"])),
+    ("tput_x", "x base", lambda r: format_ratio(r["tput_ratio"])),
+    ("p50", "p50 us", lambda r: format_us(r["p50"])),
+    ("p99", "p99 us", lambda r: format_us(r["p99"])),
+    ("p99_x", "p99 x base", lambda r: format_ratio(r["p99_ratio"])),
+    ("rss", "peak RSS", lambda r: format_bytes(r["rss"])),
+    ("rss_x", "x base", lambda r: format_ratio(r["rss_ratio"])),
+    ("disk", "local disk", lambda r: format_bytes(r["disk"])),
+    ("disk_x", "x base", lambda r: format_ratio(r["disk_ratio"])),
+    ("stored", "S3 stored", lambda r: format_bytes(r["stored"])),
+    ("req", "S3 requests", lambda r: format_count(r["requests"])),
+    ("usd", "req $", lambda r: "-" if r["usd"] is None else f"{r['usd']:.4f}"),
+]
+
+
+def _cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    has_store = any(r["stored"] is not None or r["requests"] is not None for r in rows)
+    cols = [c for c in _COLUMNS if has_store or c[0] not in ("stored", "req", "usd")]
+    header = [c[1] for c in cols]
+    body = []
+    for r in rows:
+        if r["status"] != "ok":
+            first = [cols[0][2](r), cols[1][2](r)]
+            msg = (r.get("error") or "failed").strip().splitlines()[-1][:80]
+            body.append(first + [f"FAILED: {msg}"] + [""] * (len(cols) - 3))
+        else:
+            body.append([c[2](r) for c in cols])
+    return header, body
+
+
+def render_table(doc: dict[str, Any], baseline: str | None = None) -> str:
+    """The comparison as a fixed-width text table (``*`` marks the baseline)."""
+    rows = comparison_rows(doc, baseline)
+    header, body = _cells(rows)
+    widths = [max(len(header[i]), *(len(b[i]) for b in body if i < len(b) and not b[2].startswith("FAILED")), 1)
+              if body else len(header[i]) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(widths[i]) if i > 1 else h.ljust(widths[i]) for i, h in enumerate(header))]
+    lines.append("  ".join("-" * w for w in widths))
+    for b in body:
+        if b[2].startswith("FAILED"):
+            lines.append("  ".join([b[0].ljust(widths[0]), b[1].ljust(widths[1]), b[2]]))
+        else:
+            lines.append("  ".join(c.rjust(widths[i]) if i > 1 else c.ljust(widths[i]) for i, c in enumerate(b)))
+    base = baseline or doc.get("baseline")
+    lines.append(f"* baseline: {base}. x base = value / baseline's value "
+                 "(throughput: higher is better; latency, memory, disk: lower is better)")
+    return "\n".join(lines)
+
+
+def _md_table(header: list[str], body: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def _latency_section(doc: dict[str, Any], baseline: str | None) -> list[str]:
+    lines = ["## Latency by operation (run phase, microseconds)", ""]
+    base = baseline or doc.get("baseline")
+    trials = {(t["workload"], t["system"]): t for t in doc.get("trials", [])}
+    for w in doc.get("workloads", []):
+        body = []
+        for s in doc.get("systems", []):
+            t = trials.get((w, s))
+            if not t or t.get("status") != "ok":
+                continue
+            for op in OP_NAMES + ("all",):
+                lat = _get(t, "run", "latency", op)
+                if not lat or not lat.get("count"):
+                    continue
+                b = _get(trials.get((w, base)) or {}, "run", "latency", op, "p99_us")
+                body.append([s, op, format_count(lat["count"]), format_us(lat["mean_us"]),
+                             format_us(lat["p50_us"]), format_us(lat["p95_us"]),
+                             format_us(lat["p99_us"]), format_us(lat["p999_us"]),
+                             format_us(lat["max_us"]), format_ratio(ratio(lat["p99_us"], b))])
+        if body:
+            wl = CORE_WORKLOADS.get(w)
+            lines += [f"### Workload {w.upper()}" + (f" ({wl.title}: {wl.mix()})" if wl else ""), "",
+                      _md_table(["system", "op", "count", "mean", "p50", "p95", "p99", "p99.9", "max",
+                                 "p99 x base"], body), ""]
+    return lines
+
+
+def _resources_section(doc: dict[str, Any]) -> list[str]:
+    body = []
+    for t in doc.get("trials", []):
+        rss = t.get("rss") or {}
+        disk = t.get("disk") or {}
+        body.append([
+            t["workload"].upper(), t["system"],
+            format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
+            format_bytes(rss.get("tree_peak")),
+            format_bytes(_get(disk, "after_load", "allocated")),
+            format_bytes(_get(disk, "after_run", "allocated")),
+            format_bytes(_get(disk, "after_run", "apparent")),
+            format_count(_get(t, "object_store_usage", "objects")),
+            format_bytes(_get(t, "object_store_usage", "bytes")),
+            format_count(_get(t, "proxy", "requests")),
+            json.dumps(_get(t, "object_store_requests", "run")) if _get(t, "object_store_requests", "run") else "-",
+            "-" if _get(t, "dollars", "requests_usd") is None else f"{t['dollars']['requests_usd']:.5f}",
+            "-" if _get(t, "dollars", "storage_usd_per_month") is None
+            else f"{t['dollars']['storage_usd_per_month']:.5f}",
+        ])
+    return ["## Resources", "",
+            "RSS: *baseline* is the trial process after imports, before opening the system; "
+            "*peak (process)* is its exact `ru_maxrss`; *peak (tree)* is the sampled peak of the "
+            "process plus its children (worker processes, servers). Disk: bytes allocated in the "
+            "system's data directory after the load (and settle) and after the run. Object store: "
+            "what the trial's prefix held after the run, the HTTP requests that crossed the proxy "
+            "during the trial (load + run), the system's own request counts during the run, and "
+            "the dollar estimate of the trial's requests and of storing its data for a month.", "",
+            _md_table(["wl", "system", "RSS baseline", "peak (process)", "peak (tree)",
+                       "disk after load", "disk after run", "apparent", "objects", "stored",
+                       "proxy requests", "system requests (run)", "requests $", "storage $/month"],
+                      body), ""]
+
+
+def _caches_section(doc: dict[str, Any]) -> list[str]:
+    body = []
+    for t in doc.get("trials", []):
+        for name, r in sorted((t.get("caches") or {}).items()):
+            body.append([t["workload"].upper(), t["system"], name, "-" if r is None else f"{r * 100:.1f}%"])
+    if not body:
+        return []
+    return ["## Cache hit ratios (run phase)", "", _md_table(["wl", "system", "cache", "hit ratio"], body), ""]
+
+
+def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
+                    baseline: str | None = None) -> str:
+    """The full Markdown report; ``plots`` are image paths relative to the report."""
+    cfg = doc.get("config", {})
+    rows = comparison_rows(doc, baseline)
+    header, body = _cells(rows)
+    lines = [
+        "# YCSB comparison", "",
+        f"- command: `{doc.get('command', '')}`",
+        f"- date: {doc.get('created', '')}",
+        f"- code: {doc.get('git', {}).get('commit', '?')}" + (" (uncommitted changes)" if doc.get('git', {}).get('dirty') else ""),
+        f"- machine: {doc.get('machine', {}).get('summary', '')}",
+        f"- baseline: {baseline or doc.get('baseline')}",
+        f"- environment: {json.dumps(doc.get('environment', {}))}",
+        f"- config: {json.dumps(cfg)}", "",
+        "## Summary", "",
+        "`x base` = value / baseline value. Throughput: higher is better. Latency (all operations of "
+        "the run phase merged), memory, disk, requests: lower is better.", "",
+        _md_table(header, body), "",
+    ]
+    lines += _latency_section(doc, baseline)
+    lines += _resources_section(doc)
+    lines += _caches_section(doc)
+    notes = []
+    for t in doc.get("trials", []):
+        if t.get("status") != "ok":
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: FAILED\n\n```\n{(t.get('error') or '').strip()[-3000:]}\n```")
+        elif _get(t, "run", "not_found"):
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: {t['run']['not_found']} reads found no value")
+        if _get(t, "run", "stopped_early"):
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: stopped at the time limit after "
+                         f"{t['run']['items']} operations")
+        if t.get("settle"):
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: after load: {t['settle']}")
+    if notes:
+        lines += ["## Notes", ""] + notes + [""]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(doc, indent=1, sort_keys=False))
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a bench results document (schema {doc.get('schema')!r})")
+    return doc
+
+
+def write_reports(doc: dict[str, Any], out_dir: Path, plots: bool = True,
+                  baseline: str | None = None) -> dict[str, Any]:
+    """Write ``results.json``, the PNG plots and ``report.md`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Any] = {"json": out_dir / "results.json"}
+    write_json(doc, paths["json"])
+    images: list[Path] = []
+    if plots:
+        from bench.plots import write_plots
+
+        images = write_plots(doc, out_dir, baseline)
+    paths["plots"] = images
+    paths["markdown"] = out_dir / "report.md"
+    paths["markdown"].write_text(render_markdown(doc, [p.name for p in images], baseline))
+    return paths

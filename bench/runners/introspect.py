@@ -1,0 +1,100 @@
+"""Reading cache and object-store counters out of a system's own statistics dict.
+
+Engines name their counters differently, so this module looks for a few conventional
+spellings in a flattened (``a.b.c``) view of the dict:
+
+* cache hit ratios: any pair of numeric keys that differ only in ``hit``/``miss``
+  (``block_cache.hits``/``block_cache.misses``, ``data_cache_hit``/``data_cache_miss``, ...);
+  the cache is named by the common part.
+* object-store requests: numeric keys under a path containing ``object_store``,
+  ``objectstore``, ``cloud`` or ``s3`` whose last part names an operation (``get``,
+  ``gets``, ``get_requests``, ``get_count``, ``put...``, ``list...``, ``head...``,
+  ``delete...``) or bytes (``bytes_read``/``bytes_in``, ``bytes_written``/``bytes_out``).
+
+Contract: never raises on odd input; returns empty results when nothing matches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+__all__ = ["flatten", "cache_pairs", "object_store_counts", "json_safe"]
+
+_HIT_RE = re.compile(r"(hits?)(?=$|[._\-])", re.IGNORECASE)
+_STORE_PATH_RE = re.compile(r"object_?store|cloud|(^|[._])s3($|[._])", re.IGNORECASE)
+_OP_RE = re.compile(r"^(get|put|list|head|delete)s?(_?(requests?|count|calls|ops))?$", re.IGNORECASE)
+_BYTES = {
+    "bytes_read": "bytes_read", "bytes_in": "bytes_read", "read_bytes": "bytes_read",
+    "bytes_written": "bytes_written", "bytes_out": "bytes_written", "written_bytes": "bytes_written",
+}
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (non-mapping leaves kept as they are)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def cache_pairs(flat: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Cache name -> (hits, misses) for every hit/miss key pair in ``flat``."""
+    out: dict[str, tuple[int, int]] = {}
+    for key, hits in flat.items():
+        if not _is_number(hits):
+            continue
+        m = None
+        for m in _HIT_RE.finditer(key):
+            pass  # the last "hit" in the key names the counter
+        if m is None:
+            continue
+        word = m.group(1)
+        miss_word = {"hit": "miss", "hits": "misses", "Hit": "Miss", "Hits": "Misses"}.get(word, "misses" if word.lower().endswith("s") else "miss")
+        miss_key = key[:m.start()] + miss_word + key[m.end():]
+        misses = flat.get(miss_key)
+        if not _is_number(misses):
+            continue
+        name = (key[:m.start()] + key[m.end():]).strip("._-").replace("..", ".") or "cache"
+        out[name] = (int(hits), int(misses))
+    return out
+
+
+def object_store_counts(flat: Mapping[str, Any]) -> dict[str, int] | None:
+    """Requests and bytes by kind, or None when the stats say nothing about an object store."""
+    out: dict[str, int] = {}
+    for key, v in flat.items():
+        if not _is_number(v) or not _STORE_PATH_RE.search(key):
+            continue
+        last = key.rsplit(".", 1)[-1]
+        m = _OP_RE.match(last)
+        if m:
+            op = m.group(1).lower()
+            out[op] = out.get(op, 0) + int(v)
+        elif last.lower() in _BYTES:
+            kind = _BYTES[last.lower()]
+            out[kind] = out.get(kind, 0) + int(v)
+    return out or None
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` that ``json.dumps`` accepts (unknown objects become strings)."""
+    if depth > 8:
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [json_safe(v, depth + 1) for v in value]
+    return repr(value)

@@ -1,0 +1,118 @@
+"""rocksmash, embedded, with its tiering options passed through.
+
+``rocksmash.open(data_dir, **options)`` gets, when set: ``object_store`` (the trial's
+``s3://bucket/prefix``) with ``endpoint_url`` and ``region``, ``local_budget``
+(``10%`` or ``2GiB``), ``cache_size`` (bytes), plus every ``--opt rocksmash.KEY=VALUE``.
+Object-store credentials reach boto3 through the standard ``AWS_*`` environment
+variables, which the trial sets for the moto endpoint.
+
+Reads and writes call the engine's own ``get``/``put`` (no adapter frame per operation);
+the load phase uses ``WriteBatch``; settle ``compact`` is ``flush()`` then
+``compact_range()``. Cache hit ratios and object-store request counts are read from
+``db.stats()`` by :mod:`bench.runners.introspect`.
+"""
+
+from __future__ import annotations
+
+import os
+from itertools import islice
+from typing import Any
+
+from bench.runners.base import Runner, RunnerStats
+from bench.runners.introspect import cache_pairs, flatten, json_safe, object_store_counts
+
+__all__ = ["RocksmashRunner"]
+
+
+class RocksmashRunner(Runner):
+    name = "rocksmash"
+    uses_object_store = True
+
+    def open(self) -> None:
+        import rocksmash
+
+        cfg = self.config
+        known = _option_names(rocksmash)
+        opts: dict[str, Any] = {}
+        target = cfg.object_store
+        if target is not None:
+            if known is not None and "object_store" not in known:
+                raise RuntimeError("this rocksmash has no object_store option yet; "
+                                   "run it with --network local")
+            opts["object_store"] = target.url
+            if target.endpoint_url:
+                opts["endpoint_url"] = target.endpoint_url
+            if target.access_key_id:
+                os.environ.setdefault("AWS_ACCESS_KEY_ID", target.access_key_id)
+                os.environ.setdefault("AWS_SECRET_ACCESS_KEY", target.secret_access_key or "")
+            os.environ.setdefault("AWS_DEFAULT_REGION", target.region)
+            if cfg.local_budget:
+                opts["local_budget"] = cfg.local_budget
+        if cfg.cache_size:
+            name = "cache_size"
+            if known is not None and name not in known and "block_cache_size" in known:
+                name = "block_cache_size"
+            opts[name] = cfg.cache_size
+        opts.update(cfg.options)
+        self._opts = opts
+        self._rm = rocksmash
+        self._db = db = rocksmash.open(str(cfg.data_dir / "rocksmash"), **opts)
+        self.read = db.get  # type: ignore[method-assign]
+        self.update = db.put  # type: ignore[method-assign]
+        self.insert = db.put  # type: ignore[method-assign]
+
+    def load_batch(self, keys: list[bytes], values: list[bytes]) -> None:
+        wb = self._rm.WriteBatch()
+        for k, v in zip(keys, values):
+            wb.put(k, v)
+        self._db.write(wb)
+
+    def read(self, key: bytes) -> bytes | None:  # replaced in open()
+        return self._db.get(key)
+
+    def update(self, key: bytes, value: bytes) -> None:  # replaced in open()
+        self._db.put(key, value)
+
+    def scan(self, start: bytes, count: int) -> int:
+        with self._db.scan(start=start) as it:
+            return len(list(islice(it, count)))
+
+    def settle(self, mode: str) -> str:
+        if mode == "none":
+            return "nothing"
+        self._db.flush()
+        if mode == "flush":
+            return "flush"
+        self._db.compact_range()
+        return "flush + compact_range()"
+
+    def close(self) -> None:
+        self._db.close()
+
+    def stats(self) -> RunnerStats:
+        try:
+            raw = self._db.stats()
+        except Exception as e:  # stats are a nice-to-have; never fail a trial on them
+            return RunnerStats(raw={"error": repr(e)})
+        flat = flatten(raw) if isinstance(raw, dict) else {}
+        return RunnerStats(object_store=object_store_counts(flat), caches=cache_pairs(flat),
+                           raw=json_safe(raw))
+
+    def describe(self) -> dict[str, Any]:
+        import importlib.metadata as md
+
+        try:
+            version = md.version("rocksmash")
+        except md.PackageNotFoundError:
+            version = getattr(self._rm, "__version__", "source tree")
+        return {"rocksmash": version, "open_options": json_safe(self._opts)}
+
+
+def _option_names(rocksmash: Any) -> set[str] | None:
+    """The option names ``rocksmash.Options`` declares, or None if it cannot tell."""
+    import dataclasses
+
+    options = getattr(rocksmash, "Options", None)
+    if options is None or not dataclasses.is_dataclass(options):
+        return None
+    return {f.name for f in dataclasses.fields(options)}

@@ -1,0 +1,80 @@
+"""Comparison ratios and report rendering, on a synthetic results document."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.metrics import latency_summary, latency_histogram
+from bench.report import (SCHEMA, comparison_rows, load_json, ratio, render_markdown,
+                          render_table, write_reports)
+
+
+def _trial(system: str, workload: str, tput: float, p99_ns: int, rss: int, status: str = "ok") -> dict:
+    lat = np.full(1000, p99_ns, dtype=np.int64)
+    summary = latency_summary(latency_histogram(lat))
+    t = {"system": system, "workload": workload, "status": status,
+         "error": None if status == "ok" else "Traceback...\nRuntimeError: boom",
+         "load": {"throughput": tput / 2},
+         "run": {"throughput": tput, "not_found": 0, "items": 1000, "timeline": [tput, tput],
+                 "latency": {"all": summary, "read": summary}},
+         "rss": {"baseline": 10, "peak_self": rss, "tree_peak": rss // 2},
+         "disk": {"after_run": {"allocated": rss * 2, "apparent": rss}}}
+    return t
+
+
+def _doc() -> dict:
+    return {"schema": SCHEMA, "baseline": "rocksdb", "systems": ["rocksdb", "rocksmash"],
+            "workloads": ["a", "c"], "command": "python -m bench ycsb ...",
+            "trials": [_trial("rocksdb", "a", 100_000, 10_000, 1000),
+                       _trial("rocksmash", "a", 200_000, 5_000, 3000),
+                       _trial("rocksdb", "c", 50_000, 20_000, 1000),
+                       _trial("rocksmash", "c", 0, 0, 0, status="failed")]}
+
+
+def test_ratio_edge_cases() -> None:
+    assert ratio(3, 2) == 1.5
+    assert ratio(None, 2) is None and ratio(2, None) is None
+    assert ratio(1, 0) is None and ratio(float("nan"), 1) is None
+
+
+def test_rows_carry_ratios_against_the_baseline() -> None:
+    rows = {(r["workload"], r["system"]): r for r in comparison_rows(_doc())}
+    a_new, a_base = rows[("a", "rocksmash")], rows[("a", "rocksdb")]
+    assert a_base["is_baseline"] and a_base["tput_ratio"] == 1.0
+    assert a_new["tput_ratio"] == pytest.approx(2.0)
+    assert a_new["load_tput_ratio"] == pytest.approx(2.0)
+    assert a_new["p99_ratio"] == pytest.approx(0.5, rel=2e-3)
+    assert a_new["rss_ratio"] == pytest.approx(3.0)
+    assert a_new["disk_ratio"] == pytest.approx(3.0)
+    failed = rows[("c", "rocksmash")]
+    assert failed["status"] == "failed" and failed["tput_ratio"] is None
+    # Another baseline flips the ratios.
+    flipped = {(r["workload"], r["system"]): r for r in comparison_rows(_doc(), "rocksmash")}
+    assert flipped[("a", "rocksdb")]["tput_ratio"] == pytest.approx(0.5)
+
+
+def test_table_and_markdown_show_ratios_and_failures() -> None:
+    table = render_table(_doc())
+    assert "2.00x" in table and "0.50x" in table and "FAILED: RuntimeError: boom" in table
+    assert "rocksdb *" in table
+    md = render_markdown(_doc(), ["throughput.png"])
+    assert "| A | rocksmash |" in md and "2.00x" in md
+    assert "### Workload A" in md and "![throughput](throughput.png)" in md
+    assert "RuntimeError: boom" in md
+
+
+def test_write_reports_json_markdown_png(tmp_path) -> None:
+    paths = write_reports(_doc(), tmp_path)
+    assert load_json(paths["json"])["trials"][1]["run"]["throughput"] == 200_000
+    assert paths["markdown"].read_text().startswith("# YCSB comparison")
+    names = {p.name for p in paths["plots"]}
+    assert {"throughput.png", "latency_cdf_a.png", "timeline_a.png"} <= names
+    for p in paths["plots"]:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = tmp_path / "other.json"
+    bad.write_text(json.dumps({"schema": "nope"}))
+    with pytest.raises(ValueError):
+        load_json(bad)
