@@ -222,8 +222,10 @@ class DB:
         self._default_sync = opts.sync
         self._job_opts = {"block_size": opts.block_size, "compression": opts.compression,
                           "bloom_bits_per_key": opts.bloom_bits_per_key}
-        self._flush_worker = WorkerProcess() if opts.background_processes else None
-        self._compaction_worker = WorkerProcess() if opts.background_processes else None
+        lock_fd = self._file_lock.fileno()
+        self._flush_worker = WorkerProcess(lock_fd) if opts.background_processes else None
+        self._compaction_worker = (WorkerProcess(lock_fd) if opts.background_processes
+                                   else None)
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,

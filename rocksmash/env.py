@@ -116,6 +116,9 @@ class FileLock:
         os.ftruncate(self._fd, 0)
         os.write(self._fd, f"{os.getpid()}\n".encode())
 
+    def fileno(self) -> int:
+        return self._fd
+
     def release(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:

@@ -48,11 +48,18 @@ def _write_frame(f: BinaryIO, data: bytes) -> None:
 
 
 class WorkerProcess:
-    """A lazily started worker; :meth:`call` runs one job in it. One caller at a time."""
+    """A lazily started worker; :meth:`call` runs one job in it. One caller at a time.
 
-    def __init__(self) -> None:
+    ``lock_fd``, the database's lock file descriptor, is inherited by the worker, so the
+    database stays locked while a worker lives: a worker orphaned by a killed parent can
+    never write files that a new opener is writing too. The worker also asks the kernel
+    to kill it when its parent dies (Linux), so such a lock is held only for a moment.
+    """
+
+    def __init__(self, lock_fd: int | None = None) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._lock_fd = lock_fd
 
     @property
     def pid(self) -> int | None:
@@ -63,9 +70,11 @@ class WorkerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
                                         if env.get("PYTHONPATH") else "")
+        env["ROCKSMASH_WORKER_PARENT"] = str(os.getpid())
         return subprocess.Popen([sys.executable, "-m", "rocksmash._worker_entry"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                close_fds=True)
+                                close_fds=True,
+                                pass_fds=() if self._lock_fd is None else (self._lock_fd,))
 
     def call(self, job: str, **kwargs: Any) -> Any:
         with self._lock:
@@ -106,7 +115,24 @@ class WorkerProcess:
             self._stop_locked()
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies; exit if it already has."""
+    parent = int(os.environ.get("ROCKSMASH_WORKER_PARENT", "0"))
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent and os.getppid() != parent:
+        os._exit(0)
+
+
 def main() -> None:
+    _die_with_parent()
     from .jobs import JOBS
 
     inp = sys.stdin.buffer

@@ -5,6 +5,7 @@ compactions every few operations; background work runs concurrently with the tes
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -130,7 +131,9 @@ class DBModel(RuleBasedStateMachine):
         assert self.db.stats()["background_error"] is None
 
 
-SETTINGS = settings(max_examples=60, stateful_step_count=60, deadline=None,
+# ROCKSMASH_EXAMPLES raises the number of random programs for soak runs.
+EXAMPLES = int(os.environ.get("ROCKSMASH_EXAMPLES", "60"))
+SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestModelThreads = DBModel.TestCase
 TestModelThreads.settings = SETTINGS
@@ -143,4 +146,4 @@ class DBModelProcesses(DBModel):
 
 
 TestModelProcesses = DBModelProcesses.TestCase
-TestModelProcesses.settings = settings(SETTINGS, max_examples=15)
+TestModelProcesses.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))

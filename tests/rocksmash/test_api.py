@@ -1,0 +1,245 @@
+"""The public API: types, dict protocol, options, errors, lifecycle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import rocksmash
+from rocksmash import (ClosedError, Error, InvalidArgumentError, InvalidTypeError,
+                       LockedError, WriteBatch)
+
+
+@pytest.fixture(params=[True, False], ids=["processes", "threads"])
+def db(tmp_path, request):
+    d = rocksmash.open(tmp_path / "db", memtable_size="16KiB",
+                       background_processes=request.param)
+    yield d
+    d.close()
+
+
+def test_put_get_delete(db):
+    db.put(b"k", b"v")
+    assert db.get(b"k") == b"v"
+    db.delete(b"k")
+    assert db.get(b"k") is None
+    assert db.get(b"k", b"dflt") == b"dflt"
+    db.delete(b"never-there")  # deleting an absent key is not an error
+
+
+def test_dict_protocol(db):
+    db[b"a"] = b"1"
+    assert db[b"a"] == b"1"
+    assert b"a" in db and b"b" not in db
+    del db[b"a"]
+    with pytest.raises(KeyError):
+        db[b"a"]
+    with pytest.raises(KeyError):
+        del db[b"a"]
+
+
+@pytest.mark.parametrize("bad", ["str", 1, None, bytearray(b"x"), memoryview(b"x")])
+def test_non_bytes_rejected(db, bad):
+    with pytest.raises(TypeError):
+        db.put(bad, b"v")
+    with pytest.raises(InvalidTypeError):
+        db.put(b"k", bad)
+    with pytest.raises(TypeError):
+        db.get(bad)
+    with pytest.raises(TypeError):
+        db.delete(bad)
+    with pytest.raises(TypeError):
+        WriteBatch().put(bad, b"v")
+    with pytest.raises(TypeError):
+        db.scan(start=bad) if bad is not None else db.scan(end=1)
+    assert list(db.scan()) == []  # nothing was written
+
+
+def test_oversized_rejected(tmp_path):
+    with rocksmash.open(tmp_path, max_key_size=8, max_value_size=16) as db:
+        with pytest.raises(InvalidArgumentError, match="max_key_size"):
+            db.put(b"k" * 9, b"v")
+        with pytest.raises(InvalidArgumentError, match="max_value_size"):
+            db.put(b"k", b"v" * 17)
+        b = WriteBatch().put(b"ok", b"fine").put(b"k", b"v" * 17)
+        with pytest.raises(InvalidArgumentError):
+            db.write(b)
+        assert db.get(b"ok") is None  # the batch was refused as a whole
+        db.put(b"k" * 8, b"v" * 16)
+
+
+def test_batch_is_atomic_and_ordered(db):
+    b = WriteBatch()
+    b.put(b"x", b"1").put(b"y", b"2").delete(b"x").put(b"z", b"3")
+    assert len(b) == 4
+    db.write(b)
+    assert list(db.scan()) == [(b"y", b"2"), (b"z", b"3")]
+    with pytest.raises(TypeError):
+        db.write([(b"a", b"b")])
+
+
+def test_multi_get(db):
+    db.put(b"a", b"1")
+    db.put(b"c", b"3")
+    assert db.multi_get([b"a", b"b", b"c"]) == [b"1", None, b"3"]
+
+
+def test_scan_bounds_and_reverse(db):
+    for i in range(200):
+        db.put(b"%03d" % i, b"v%d" % i)
+    db.flush()
+    for i in range(0, 200, 3):
+        db.delete(b"%03d" % i)
+    expected = [(b"%03d" % i, b"v%d" % i) for i in range(200) if i % 3]
+    assert list(db.scan()) == expected
+    assert list(db.scan(reverse=True)) == expected[::-1]
+    sub = [kv for kv in expected if b"050" <= kv[0] < b"100"]
+    assert list(db.scan(b"050", b"100")) == sub
+    assert list(db.scan(b"050", b"100", reverse=True)) == sub[::-1]
+    assert list(db.scan(b"100", b"050")) == []
+
+
+def test_snapshot_isolation(db):
+    db.put(b"a", b"old")
+    with db.snapshot() as snap:
+        db.put(b"a", b"new")
+        db.put(b"b", b"added")
+        db.flush()
+        db.compact_range()
+        assert snap.get(b"a") == b"old"
+        assert snap.get(b"b") is None
+        assert list(db.scan(snapshot=snap)) == [(b"a", b"old")]
+        assert list(snap.scan()) == [(b"a", b"old")]
+    with pytest.raises(ClosedError):
+        snap.get(b"a")
+    assert db.get(b"a") == b"new"
+
+
+def test_iterator_sees_state_at_creation(db):
+    for i in range(50):
+        db.put(b"%02d" % i, b"a")
+    it = db.scan()
+    first = next(it)
+    for i in range(50):
+        db.put(b"%02d" % i, b"b")
+    db.put(b"99", b"late")
+    rest = list(it)
+    assert [first] + rest == [(b"%02d" % i, b"a") for i in range(50)]
+
+
+def test_unknown_and_bad_options(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="memtable_sise"):
+        rocksmash.open(tmp_path, memtable_sise="1MiB")
+    with pytest.raises(InvalidArgumentError, match="compression"):
+        rocksmash.open(tmp_path, compression="snappy")
+    with pytest.raises(InvalidArgumentError, match="block_size"):
+        rocksmash.open(tmp_path, block_size="lots")
+    with pytest.raises(InvalidArgumentError):
+        rocksmash.open(tmp_path, sync="yes")
+    assert rocksmash.parse_size("64MiB") == 64 << 20
+    assert rocksmash.parse_size("1.5KB") == 1500
+    assert rocksmash.parse_size(7) == 7
+
+
+def test_create_flags(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="no database"):
+        rocksmash.open(tmp_path / "none", create_if_missing=False)
+    rocksmash.open(tmp_path / "db").close()
+    with pytest.raises(InvalidArgumentError, match="exists"):
+        rocksmash.open(tmp_path / "db", error_if_exists=True)
+
+
+def test_closed_database_raises(tmp_path):
+    db = rocksmash.open(tmp_path)
+    db.put(b"a", b"1")
+    it = db.scan()
+    db.close()
+    db.close()  # idempotent
+    for call in (lambda: db.get(b"a"), lambda: db.put(b"a", b"2"), lambda: db.delete(b"a"),
+                 lambda: db.write(WriteBatch().put(b"a", b"b")), db.flush, db.snapshot,
+                 lambda: next(it)):
+        with pytest.raises(ClosedError):
+            call()
+    assert issubclass(ClosedError, Error)
+
+
+def test_second_open_is_locked(tmp_path):
+    with rocksmash.open(tmp_path):
+        with pytest.raises(LockedError):
+            rocksmash.open(tmp_path)
+        code = ("import rocksmash, sys\n"
+                "try:\n rocksmash.open(sys.argv[1])\nexcept rocksmash.LockedError:\n"
+                " sys.exit(42)\n")
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], timeout=60)
+        assert r.returncode == 42
+    rocksmash.open(tmp_path).close()  # released on close
+
+
+def test_reopen_keeps_everything(tmp_path):
+    with rocksmash.open(tmp_path, memtable_size="8KiB") as db:
+        for i in range(2000):
+            db.put(b"key%05d" % i, os.urandom(20))
+        expected = list(db.scan())
+        db.delete(b"key00007")
+        expected = [kv for kv in expected if kv[0] != b"key00007"]
+    with rocksmash.open(tmp_path) as db:
+        assert list(db.scan()) == expected
+        assert db.stats()["recovered_segments"] >= 1
+
+
+def test_stats_shape(db):
+    for i in range(1000):
+        db.put(b"%05d" % i, b"x" * 50)
+    db.flush()
+    s = db.stats()
+    assert s["flushes"] >= 1 and s["sequence"] == 1000
+    assert sum(lvl["files"] for lvl in s["levels"]) >= 1
+    assert s["table_bytes"] > 0
+
+
+def test_workers_stop_on_close(tmp_path):
+    psutil = pytest.importorskip("psutil")
+    db = rocksmash.open(tmp_path, memtable_size="4KiB")
+    for i in range(500):
+        db.put(b"%05d" % i, b"x" * 50)
+    db.flush()
+    pids = [w.pid for w in (db._flush_worker, db._compaction_worker) if w.pid]
+    assert pids
+    db.close()
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+
+
+def test_concurrent_writers_and_readers(tmp_path):
+    import threading
+
+    with rocksmash.open(tmp_path, memtable_size="32KiB") as db:
+        errors = []
+
+        def writer(t):
+            try:
+                for i in range(1500):
+                    db.put(b"t%d-%05d" % (t, i), b"%d" % i, sync=(i % 500 == 0))
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        def reader():
+            try:
+                for _ in range(30):
+                    keys = [k for k, _ in db.scan(b"t0-", b"t0-~")]
+                    assert keys == sorted(keys)
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
+        threads.append(threading.Thread(target=reader))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        for t in range(3):
+            assert len(list(db.scan(b"t%d-" % t, b"t%d-~" % t))) == 1500
