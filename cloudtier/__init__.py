@@ -33,7 +33,7 @@ from cloudtier.histogram import LatencyHistogram
 from cloudtier.memory_store import MemoryStore
 from cloudtier.metered import S3_STANDARD, MeteredStore, PriceTable
 from cloudtier.retrying import RetryingStore, RetryPolicy
-from cloudtier.store import ListPage, ObjectInfo, ObjectStore, StoreWrapper
+from cloudtier.store import BytesLike, ListPage, ObjectInfo, ObjectStore, StoreWrapper
 from cloudtier.url import open_store
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ __all__ = [
     "ObjectStore",
     "ObjectInfo",
     "ListPage",
+    "BytesLike",
     "StoreWrapper",
     "open_store",
     # backends

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from cloudtier.errors import StoreError, StoreTimeoutError, TransientError
-from cloudtier.store import ListPage, ObjectInfo, ObjectStore, StoreWrapper
+from cloudtier.store import BytesLike, ListPage, ObjectInfo, ObjectStore, StoreWrapper
 
 __all__ = ["FaultConfig", "FaultInjectingStore", "InjectedFault"]
 
@@ -108,7 +108,7 @@ class FaultInjectingStore(StoreWrapper):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,

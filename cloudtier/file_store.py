@@ -46,6 +46,7 @@ from cloudtier.errors import (
 )
 from cloudtier.store import (
     DEFAULT_PAGE_SIZE,
+    BytesLike,
     ClosableMixin,
     ListPage,
     ObjectInfo,
@@ -115,7 +116,7 @@ class FileStore(ClosableMixin, ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,
@@ -124,8 +125,9 @@ class FileStore(ClosableMixin, ObjectStore):
         path = self._path(key)
         check_put_args(data, if_none_match, if_match)
         etag = content_etag(data)
-        tmp: str | None = self._write_temp(data, etag)
+        tmp: str | None = None
         try:
+            tmp = self._write_temp(data, etag)
             with self._locked():
                 if if_none_match or if_match is not None:
                     current = self._etag_at(path)
@@ -134,7 +136,7 @@ class FileStore(ClosableMixin, ObjectStore):
                     if if_match is not None and current != if_match:
                         raise PreconditionFailedError(f"{key!r} does not have etag {if_match!r}")
                 created = self._make_parents(os.path.dirname(path), key)
-                self._rename_into_place(tmp, path, key)  # type: ignore[arg-type]
+                self._rename_into_place(tmp, path, key)
                 tmp = None
             if self._fsync:
                 # The new name, and any new directories' names, must reach the disk too.
@@ -252,7 +254,7 @@ class FileStore(ClosableMixin, ObjectStore):
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _write_temp(self, data: bytes, etag: str) -> str:
+    def _write_temp(self, data: BytesLike, etag: str) -> str:
         """Write ``data`` to a synced temp file carrying its etag; return the temp path."""
         fd, tmp = tempfile.mkstemp(dir=self._tmp_dir, prefix="put-")
         try:

@@ -56,7 +56,7 @@ class LatencyHistogram:
             if seen >= rank:
                 if i == _BUCKETS - 1:
                     return self.max_s  # the overflow bucket has no meaningful middle
-                middle = _MIN_S * 2.0 ** ((i + 0.5) / _PER_DOUBLING)
+                middle: float = _MIN_S * 2.0 ** ((i + 0.5) / _PER_DOUBLING)
                 # The true extremes are known exactly; never report beyond them.
                 return min(max(middle, self.min_s), self.max_s)
         return self.max_s  # pragma: no cover - unreachable: counts sum to count

@@ -15,6 +15,7 @@ from sortedcontainers import SortedDict
 from cloudtier.errors import NotFoundError, PreconditionFailedError
 from cloudtier.store import (
     DEFAULT_PAGE_SIZE,
+    BytesLike,
     ClosableMixin,
     ListPage,
     ObjectInfo,
@@ -74,7 +75,7 @@ class MemoryStore(ClosableMixin, ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,

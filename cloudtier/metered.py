@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from cloudtier.errors import ClosedError, InvalidKeyError, NotFoundError, StoreError
 from cloudtier.histogram import LatencyHistogram
-from cloudtier.store import ListPage, ObjectInfo, ObjectStore, StoreWrapper
+from cloudtier.store import BytesLike, ListPage, ObjectInfo, ObjectStore, StoreWrapper
 
 __all__ = ["PriceTable", "S3_STANDARD", "MeteredStore", "OPS", "SECONDS_PER_MONTH"]
 
@@ -108,7 +108,7 @@ class MeteredStore(StoreWrapper):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,

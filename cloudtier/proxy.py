@@ -57,7 +57,7 @@ class ProxyProfile:
 
 
 #: ``none``: pass-through; ``lan``: 1 ms per request (a rack away); ``s3``: 20 ms per
-#: request, about S3's first-byte latency for small objects from EC2 in the same region.
+#: request, a stand-in for a regional S3 endpoint (real S3 varies, and is often slower).
 PROFILES: dict[str, ProxyProfile] = {
     "none": ProxyProfile(),
     "lan": ProxyProfile(delay_ms=1.0),
@@ -329,10 +329,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cloudtier.proxy",
         description=(
-            "TCP proxy that adds per-request delay and caps bandwidth between a client and "
-            "an S3 endpoint (or any TCP server). A request is a client->server burst: it "
-            "starts on a new connection, after the server has answered, or after the "
-            "client was quiet for --quiet-ms."
+            "TCP proxy that adds per-request delay and caps bandwidth between a client and\n"
+            "an S3 endpoint (or any TCP server). A request is a client->server burst: it\n"
+            "starts on a new connection, after the server has answered, or after the\n"
+            "client was quiet for --quiet-ms. Runs until Ctrl-C or SIGTERM."
         ),
         epilog=(
             "profiles: "
@@ -342,25 +342,25 @@ def _build_parser() -> argparse.ArgumentParser:
             + "\n\nexamples:\n"
             "  python -m cloudtier.proxy --target 127.0.0.1:9000 --delay-ms 20 --bandwidth 100MB\n"
             "  python -m cloudtier.proxy --target 127.0.0.1:9000 --profile lan --port 9100\n"
-            "then point the client at the printed address, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9100"
+            "then point the client at the printed address,\n"
+            "  e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9100"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--target", required=True, metavar="HOST:PORT", help="where to forward connections")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one, printed)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="none", help="named conditions (default: none)")
-    parser.add_argument("--delay-ms", type=float, help="delay added to each request (client->server burst), ms")
-    parser.add_argument("--response-delay-ms", type=float, help="delay added to each response (server->client burst), ms")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--target", required=True, metavar="HOST:PORT", help="where to forward connections")
+    add("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    add("--port", type=int, default=0, help="port to listen on (default: a free one, printed)")
+    add("--profile", choices=sorted(PROFILES), default="none", help="named conditions (default: none)")
+    add("--delay-ms", type=float, metavar="MS", help="delay added to each request (client->server burst)")
+    add("--response-delay-ms", type=float, metavar="MS", help="delay added to each response (server->client)")
+    add(
         "--bandwidth",
         type=parse_bandwidth,
         metavar="RATE",
         help="cap per direction in bytes/s: 100MB, 12.5MiB, 1Gbit, 500000",
     )
-    parser.add_argument(
-        "--quiet-ms", type=float, default=10.0, help="client silence that starts a new request, ms (default: 10)"
-    )
+    add("--quiet-ms", type=float, default=10.0, metavar="MS", help="quiet gap that starts a request (10)")
     return parser
 
 

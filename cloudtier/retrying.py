@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from cloudtier.errors import NotFoundError, PreconditionFailedError, StoreError
-from cloudtier.store import ListPage, ObjectInfo, ObjectStore, StoreWrapper
+from cloudtier.store import BytesLike, ListPage, ObjectInfo, ObjectStore, StoreWrapper
 
 __all__ = ["RetryPolicy", "RetryingStore"]
 
@@ -96,7 +96,7 @@ class RetryingStore(StoreWrapper):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,
@@ -138,7 +138,7 @@ class RetryingStore(StoreWrapper):
             lambda: self.inner.list_page(prefix, start_after=start_after, limit=limit)
         )
 
-    def _own_write_etag(self, key: str, data: bytes) -> str | None:
+    def _own_write_etag(self, key: str, data: BytesLike) -> str | None:
         """The etag of ``key`` if it holds exactly ``data`` (our earlier attempt), else None."""
         try:
             info = self._retry(lambda: self.inner.head(key))

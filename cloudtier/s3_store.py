@@ -26,6 +26,7 @@ import base64
 import hashlib
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -34,11 +35,12 @@ import botocore.session
 from botocore import exceptions as bce
 from botocore.config import Config
 
-from cloudtier.errors import InvalidKeyError, NotFoundError, PreconditionFailedError
+from cloudtier.errors import InvalidKeyError, NotFoundError, PreconditionFailedError, StoreError
 from cloudtier.s3_errors import error_code, map_botocore_error
 from cloudtier.store import (
     DEFAULT_PAGE_SIZE,
     MAX_KEY_BYTES,
+    BytesLike,
     ClosableMixin,
     ListPage,
     ObjectInfo,
@@ -86,6 +88,9 @@ class S3Store(ClosableMixin, ObjectStore):
     ``region``        default: env/config, else ``us-east-1``
     ``access_key``, ``secret_key``, ``session_token``  explicit credentials
     ``create_bucket`` create the bucket if it does not exist (tests, local servers)
+    ``check_conditional_puts``  at open, prove that the server enforces
+                      ``If-None-Match`` and ``If-Match`` (see :meth:`check_conditional_puts`);
+                      worth it for any store that fences writers
     ``max_pool_connections``  HTTP connections kept per store; size it to the number
                       of threads that call the store at once
     ``connect_timeout``, ``read_timeout``  seconds, per attempt
@@ -108,6 +113,7 @@ class S3Store(ClosableMixin, ObjectStore):
         secret_key: str | None = None,
         session_token: str | None = None,
         create_bucket: bool = False,
+        check_conditional_puts: bool = False,
         max_pool_connections: int = 16,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
@@ -157,8 +163,14 @@ class S3Store(ClosableMixin, ObjectStore):
         self._client = session.client(
             "s3", endpoint_url=endpoint_url, config=config, verify=verify
         )
-        if create_bucket:
-            self._create_bucket()
+        try:
+            if create_bucket:
+                self._create_bucket()
+            if check_conditional_puts:
+                self.check_conditional_puts()
+        except BaseException:
+            self._client.close()
+            raise
 
     @property
     def bucket(self) -> str:
@@ -177,7 +189,7 @@ class S3Store(ClosableMixin, ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,
@@ -289,6 +301,33 @@ class S3Store(ClosableMixin, ObjectStore):
         if not self._closed:
             self._closed = True
             self._client.close()
+
+    def check_conditional_puts(self) -> None:
+        """Prove that the server enforces conditional puts, or raise ``StoreError``.
+
+        An S3-compatible server that predates conditional writes ignores the
+        ``If-None-Match``/``If-Match`` headers and overwrites silently, which would break
+        fencing without any error. This writes a probe object under
+        ``<prefix>.cloudtier-probe/``, checks that both conditions are refused when they
+        should be, and deletes it: four requests.
+        """
+        probe = f".cloudtier-probe/{uuid.uuid4().hex}"
+        etag = self.put(probe, b"probe")
+        try:
+            for condition in ({"if_none_match": True}, {"if_match": "0" * 32}):
+                try:
+                    self.put(probe, b"overwrite", **condition)
+                except PreconditionFailedError:
+                    continue
+                raise StoreError(
+                    f"s3://{self._bucket}/{self._prefix} at {self._client.meta.endpoint_url} "
+                    f"ignored {next(iter(condition))!r}: the server does not support conditional "
+                    "PUTs (upgrade MinIO/Ceph), so writers cannot be fenced"
+                )
+            if self.head(probe).etag != etag:  # pragma: no cover - caught by the loop above
+                raise StoreError("conditional PUT probe was overwritten")
+        finally:
+            self.delete(probe)
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from cloudtier.errors import ClosedError, InvalidKeyError
 __all__ = [
     "ObjectStore",
     "ObjectInfo",
+    "BytesLike",
     "ListPage",
     "StoreWrapper",
     "MAX_KEY_BYTES",
@@ -57,6 +58,10 @@ MAX_KEY_BYTES = 1024
 DEFAULT_PAGE_SIZE = 1000
 
 _S = TypeVar("_S", bound="ObjectStore")
+
+#: What ``put`` accepts: ``bytes``, or a ``bytearray`` / byte-format ``memoryview``
+#: (copied or written out before ``put`` returns, so the caller may reuse its buffer).
+BytesLike = bytes | bytearray | memoryview
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,7 +92,7 @@ class ObjectStore(abc.ABC):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,
@@ -209,7 +214,7 @@ class StoreWrapper(ObjectStore):
     def put(
         self,
         key: str,
-        data: bytes,
+        data: BytesLike,
         *,
         if_none_match: bool = False,
         if_match: str | None = None,
@@ -305,7 +310,7 @@ def normalize_prefix(prefix: str) -> str:
     return stripped + "/"
 
 
-def content_etag(data: bytes | bytearray | memoryview) -> str:
+def content_etag(data: BytesLike) -> str:
     """The etag ``memory://`` and ``file://`` give an object: the hex MD5 of its content.
 
     MD5 because S3 uses it for single-part uploads, so one payload has one etag on every

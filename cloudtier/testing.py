@@ -181,4 +181,5 @@ class MotoServer:
         if self._log is None:
             return ""
         self._log.seek(0)
-        return self._log.read().decode("utf-8", "replace")[-4000:]
+        output: bytes = self._log.read()
+        return output.decode("utf-8", "replace")[-4000:]

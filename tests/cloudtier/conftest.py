@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cloudtier_testutil import BUCKET, PAGE_SIZE, PROXY_DELAY_MS, StoreFactory
 
 from cloudtier import FileStore, MemoryStore, ObjectStore
 from cloudtier.memory_store import drop_memory_bucket
 from cloudtier.proxy import DelayProxy
 from cloudtier.testing import MotoServer
-from cloudtier_testutil import BUCKET, PAGE_SIZE, PROXY_DELAY_MS, StoreFactory
 
 BACKENDS = [
     "memory",

@@ -160,7 +160,14 @@ def test_profiles_and_overrides() -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("100MB", 100e6), ("100 MB/s", 100e6), ("12.5MiB", 12.5 * 2**20), ("1Gbit", 125e6), ("500000", 500000), ("2kb", 2000)],
+    [
+        ("100MB", 100e6),
+        ("100 MB/s", 100e6),
+        ("12.5MiB", 12.5 * 2**20),
+        ("1Gbit", 125e6),
+        ("500000", 500000),
+        ("2kb", 2000),
+    ],
 )
 def test_parse_bandwidth(text: str, value: float) -> None:
     assert parse_bandwidth(text) == pytest.approx(value)
@@ -219,9 +226,12 @@ def test_cli_runs_delays_and_stops_on_sigterm(echo_server: tuple[str, int]) -> N
 
 
 @pytest.mark.server
-def test_s3_requests_through_the_proxy_are_delayed(moto_server: MotoServer, s3_options: dict[str, Any]) -> None:
-    from cloudtier.s3_store import S3Store
+def test_s3_requests_through_the_proxy_are_delayed(
+    moto_server: MotoServer, s3_options: dict[str, Any]
+) -> None:
     from cloudtier_testutil import BUCKET
+
+    from cloudtier.s3_store import S3Store
 
     with DelayProxy(moto_server.endpoint_url, profile="s3") as proxy:
         with S3Store(BUCKET, "proxied", **{**s3_options, "endpoint_url": proxy.endpoint_url}) as store:

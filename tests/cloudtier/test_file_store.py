@@ -182,3 +182,23 @@ def test_conditional_puts_are_atomic_across_processes(tmp_path: Path) -> None:
     assert sorted(o[0] for o in outputs) == ["follower"] * (processes - 1) + ["leader"]
     with FileStore(tmp_path) as store:
         assert int(store.get("counter").split()[0]) == processes * increments
+
+
+def test_disk_errors_become_store_errors_and_leave_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cloudtier import StoreError
+
+    with FileStore(tmp_path) as store:
+        store.put("k", b"old")
+
+        def disk_full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", disk_full)
+        with pytest.raises(StoreError, match="No space left") as info:
+            store.put("k", b"new")
+        assert not info.value.retriable
+        monkeypatch.undo()
+        assert store.get("k") == b"old"  # the failed put changed nothing
+    assert os.listdir(tmp_path / RESERVED_DIR / "tmp") == []

@@ -9,6 +9,7 @@ import pytest
 
 from cloudtier import (
     S3_STANDARD,
+    ClosedError,
     LatencyHistogram,
     MemoryStore,
     MeteredStore,
@@ -59,7 +60,7 @@ def test_refused_calls_are_not_billed() -> None:
     with pytest.raises(ValueError):
         store.put("", b"x")  # invalid key: no request was sent
     store.close()
-    with pytest.raises(Exception):
+    with pytest.raises(ClosedError):
         store.get("k")
     assert sum(store.snapshot()["requests"].values()) == 0
 

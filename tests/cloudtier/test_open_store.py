@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cloudtier_testutil import BUCKET
 
 import cloudtier
 from cloudtier import (
@@ -21,7 +22,6 @@ from cloudtier import (
     TransientError,
     open_store,
 )
-from cloudtier_testutil import BUCKET
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_invalid_url_is_a_value_error() -> None:
 def test_unknown_option_is_named(tmp_path: Path) -> None:
     with pytest.raises(InvalidURLError, match="'fsync_please'"):
         open_store(f"file://{tmp_path}", fsync_please=True)
-    with pytest.raises(InvalidURLError, match="'endpoint_url'.*valid options: page_size"):
+    with pytest.raises(InvalidURLError, match=r"'endpoint_url'.*valid options: page_size"):
         open_store("memory://", endpoint_url="http://x")
     with pytest.raises(InvalidURLError, match="'bogus'"):
         open_store("s3://bucket/prefix", bogus=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -25,13 +25,14 @@ from cloudtier import (
     StoreWrapper,
     TransientError,
 )
+from cloudtier.store import BytesLike
 
 
 class ScriptedStore(StoreWrapper):
     """Fails calls as scripted: each script entry is None (pass), or (when, error) with
     when "before" (the call does not happen) or "after" (it happens, the reply is lost)."""
 
-    def __init__(self, inner: ObjectStore, script: list[tuple[str, StoreError] | None]) -> None:
+    def __init__(self, inner: ObjectStore, script: Sequence[tuple[str, StoreError] | None]) -> None:
         super().__init__(inner)
         self.script = list(script)
         self.calls: list[str] = []
@@ -46,7 +47,9 @@ class ScriptedStore(StoreWrapper):
             raise entry[1]
         return result
 
-    def put(self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None) -> str:
+    def put(
+        self, key: str, data: BytesLike, *, if_none_match: bool = False, if_match: str | None = None
+    ) -> str:
         return self._step(
             "put", lambda: self.inner.put(key, data, if_none_match=if_none_match, if_match=if_match)
         )
@@ -103,7 +106,7 @@ def test_backoff_is_full_jitter_under_a_doubling_cap() -> None:
     retrying(inner, fake, **policy).put("k", b"v")
     caps = [min(1.0, 0.1 * 2**i) for i in range(7)]
     assert len(fake.sleeps) == 7
-    assert all(0.0 <= s <= cap for s, cap in zip(fake.sleeps, caps))
+    assert all(0.0 <= s <= cap for s, cap in zip(fake.sleeps, caps, strict=True))
     assert len(set(fake.sleeps)) == 7  # jittered, not a fixed schedule
     assert max(fake.sleeps) > 0.1  # and the caps did grow
 
@@ -275,7 +278,7 @@ def test_random_faults_never_report_a_write_that_did_not_happen(
             elif op == "head":
                 try:
                     info = store.head(key)
-                    matches = {v for v in can if v is not None and _etag(v) == info.etag}
+                    matches: set[bytes | None] = {v for v in can if v is not None and _etag(v) == info.etag}
                     assert matches, "head reported a version no write produced"
                     possible[key] = matches
                 except NotFoundError:

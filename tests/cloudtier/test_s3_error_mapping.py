@@ -17,7 +17,10 @@ from cloudtier.s3_errors import map_botocore_error
 
 def client_error(code: str, status: int) -> bce.ClientError:
     return bce.ClientError(
-        {"Error": {"Code": code, "Message": f"msg for {code}"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        {
+            "Error": {"Code": code, "Message": f"msg for {code}"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
         "GetObject",
     )
 

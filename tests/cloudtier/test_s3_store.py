@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
+from cloudtier_testutil import BUCKET
 
 from cloudtier import (
     NotFoundError,
@@ -22,7 +23,6 @@ from cloudtier import (
 from cloudtier.proxy import DelayProxy
 from cloudtier.s3_store import S3Store
 from cloudtier.testing import MotoServer, free_port
-from cloudtier_testutil import BUCKET
 
 pytestmark = pytest.mark.server
 
@@ -118,3 +118,24 @@ def test_key_plus_prefix_over_the_limit_is_refused(s3_options: dict[str, Any]) -
     with S3Store(BUCKET, "p" * 100, **s3_options) as store:
         with pytest.raises(InvalidKeyError):
             store.put("k" * 1000, b"x")
+
+
+def test_conditional_put_check_passes_on_a_server_that_enforces_them(s3_options: dict[str, Any]) -> None:
+    with S3Store(BUCKET, "probe-ok", check_conditional_puts=True, **s3_options) as store:
+        assert list(store.list()) == []  # the probe cleaned up after itself
+
+
+def test_conditional_put_check_catches_a_server_that_ignores_them(
+    s3_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = S3Store(BUCKET, "probe-old-server", **s3_options)
+
+    def strip_conditions(params: dict[str, Any], **_: Any) -> None:
+        params.pop("IfNoneMatch", None)  # what an old server effectively does
+        params.pop("IfMatch", None)
+
+    store._client.meta.events.register("provide-client-params.s3.PutObject", strip_conditions)  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="does not support conditional"):
+        store.check_conditional_puts()
+    assert list(store.list()) == []
+    store.close()
