@@ -14,6 +14,7 @@ real AWS credentials from the environment are ever sent anywhere.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.client
 import os
@@ -31,6 +32,18 @@ __all__ = ["MotoServer", "free_port"]
 # Credentials moto accepts; deliberately fake.
 _FAKE_KEY = "cloudtier-test"
 _FAKE_SECRET = "cloudtier-test-secret"
+
+
+# Servers still running when the interpreter exits (a test run interrupted, a script
+# that forgot stop()) are stopped then, so no moto process outlives its parent's exit.
+# Strong references: a server nobody holds any more must still be found and stopped.
+_running: set[MotoServer] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for server in list(_running):
+        server.stop()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,6 +114,7 @@ class MotoServer:
                 # Own process group: a Ctrl-C meant for pytest does not kill it first.
                 start_new_session=True,
             )
+            _running.add(self)
             try:
                 self._wait_until_ready()
                 return self
@@ -116,6 +130,7 @@ class MotoServer:
     def stop(self) -> None:
         """Terminate the server by pid (SIGTERM, then SIGKILL) and reap it. Idempotent."""
         proc, self._proc = self._proc, None
+        _running.discard(self)
         if proc is not None:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

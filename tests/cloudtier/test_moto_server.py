@@ -54,3 +54,24 @@ def test_context_manager_stops_even_on_error() -> None:
 def test_session_server_binds_loopback_only(moto_server: MotoServer) -> None:
     assert moto_server.host == "127.0.0.1"
     assert moto_server.endpoint_url.startswith("http://127.0.0.1:")
+
+
+def test_server_left_running_is_stopped_when_its_parent_exits() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import cloudtier
+
+    repo = Path(cloudtier.__file__).resolve().parent.parent
+    script = "from cloudtier.testing import MotoServer\nprint(MotoServer().start().pid)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        check=True,
+    ).stdout
+    pid = int(out.strip())
+    assert not _pid_alive(pid)
