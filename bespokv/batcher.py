@@ -1,0 +1,98 @@
+"""Automatic batching of concurrent calls into one RPC (pipelining without a protocol).
+
+A unary gRPC call from Python costs about half a millisecond whatever it carries, so the
+node (for peer traffic) and the client (for user operations) funnel single operations
+through an :class:`AutoBatcher`: items submitted while a batch is being prepared or is in
+flight ride in the next batch. At most ``max_inflight`` batches are in flight at once,
+which bounds queueing and keeps order per batcher loose but fair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["AutoBatcher"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class AutoBatcher(Generic[T, R]):
+    """Coalesces concurrent :meth:`submit` calls into calls of ``send(items)``.
+
+    ``send`` returns one result per item, in order; a result that is an exception instance
+    is raised to that item's submitter only. If ``send`` raises, every item of the batch
+    gets the exception. Must be used from one event loop.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[list[T]], Awaitable[Sequence[R | BaseException]]],
+        *,
+        max_batch: int = 512,
+        max_inflight: int = 2,
+    ) -> None:
+        self._send = send
+        self._max_batch = max_batch
+        self._max_inflight = max_inflight
+        self._queue: list[tuple[T, asyncio.Future[R]]] = []
+        self._inflight = 0
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.batches = 0
+        self.items = 0
+
+    async def submit(self, item: T) -> R:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[R] = loop.create_future()
+        self._queue.append((item, fut))
+        if not self._scheduled and self._inflight < self._max_inflight:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        while self._queue and self._inflight < self._max_inflight:
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+            self._inflight += 1
+            task = asyncio.ensure_future(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            results = await self._send([item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"batch send returned {len(results)} results for {len(batch)} items")
+            for (_, fut), res in zip(batch, results):
+                if fut.done():
+                    continue
+                if isinstance(res, BaseException):
+                    fut.set_exception(res)
+                else:
+                    fut.set_result(res)
+        except BaseException as exc:  # noqa: BLE001 - delivered to every waiter
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.batches += 1
+            self.items += len(batch)
+            self._inflight -= 1
+            if self._queue and not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        for _, fut in self._queue:
+            if not fut.done():
+                fut.cancel()
+        self._queue.clear()

@@ -1,0 +1,431 @@
+"""The ``bespokv`` command line (also ``python -m bespokv``).
+
+    bespokv node --config cluster.toml --node n1      run one node (SIGTERM/SIGINT: clean stop)
+    bespokv cluster up --nodes 3 --replicas 3 --mode ms-sc --datalet rocksmash
+                                                       a local cluster, one process per node,
+                                                       with a live status display (Ctrl-C stops)
+    bespokv cluster up ... --detach / bespokv cluster down
+    bespokv status                                     one status display
+    bespokv put KEY VALUE | get KEY | delete KEY | scan [START [END]] [--limit N]
+
+Commands that talk to a cluster find it with ``--addr HOST:PORT`` (repeatable),
+``--config FILE``, or the ``BESPOKV_ADDR`` / ``BESPOKV_CONFIG`` environment variables; by
+default they use the cluster last started by ``cluster up`` (its ``--dir``, default
+``$TMPDIR/bespokv-cluster``). Keys and values are taken as UTF-8 text (``--hex`` for hex).
+Exit codes: 0 ok, 1 key not found (get), 2 usage, 3 error from the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import binascii
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bespokv.config import MODES, ClusterConfig, DataletSpec, load, normalize_mode
+from bespokv.errors import Error
+
+__all__ = ["main", "render_status"]
+
+DEFAULT_DIR = os.path.join(tempfile.gettempdir(), "bespokv-cluster")
+
+
+# -- status display ------------------------------------------------------------------------------
+
+
+def _fmt_uptime(s: float) -> str:
+    s = int(s)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def render_status(status: Any, shard_map: Any | None = None) -> str:
+    """A readable text table of a ``ClusterStatusResponse`` (and the shard map, if given)."""
+    nodes = list(status.nodes)
+    up = sum(1 for n in nodes if n.up)
+    modes = sorted({s.mode for n in nodes for s in n.shards}) or (
+        sorted({s.mode for s in shard_map.shards.values()}) if shard_map else []
+    )
+    nshards = len(shard_map.shards) if shard_map else len({s.shard for n in nodes for s in n.shards})
+    lines = [
+        f"cluster {status.cluster}   epoch {status.epoch}   nodes {up}/{len(nodes)} up   "
+        f"shards {nshards} ({', '.join(modes)})",
+        "",
+        f"{'NODE':<6} {'ADDRESS':<21} {'STATE':<5} {'PID':>7} {'UPTIME':>8} {'DATALET':<10} "
+        f"{'GET':>9} {'PUT':>9} {'DEL':>7} {'BATCH':>7} {'FWD':>7}",
+    ]
+    for n in nodes:
+        c = n.counters
+        if n.up:
+            lines.append(
+                f"{n.id:<6} {n.address:<21} {'up':<5} {n.pid:>7} {_fmt_uptime(n.uptime_s):>8} {n.datalet:<10} "
+                f"{int(c.get('get', 0)):>9} {int(c.get('put', 0)):>9} {int(c.get('delete', 0)):>7} "
+                f"{int(c.get('batch', 0)):>7} {int(c.get('forwarded', 0)):>7}"
+            )
+        else:
+            lines.append(f"{n.id:<6} {n.address:<21} {'DOWN':<5} {'-':>7} {'-':>8} {'-':<10} {n.error[:60]}")
+    # Per shard: every replica's role, readiness and position, with lag.
+    per_shard: dict[int, list[tuple[str, Any]]] = {}
+    for n in nodes:
+        for s in n.shards:
+            per_shard.setdefault(s.shard, []).append((n.id, s))
+    lines += ["", f"{'SHARD':<6} {'MODE':<6} REPLICAS (role seq, * = not ready)            LAG"]
+    shard_ids = sorted(shard_map.shards) if shard_map else sorted(per_shard)
+    for sid in shard_ids:
+        reps = dict(per_shard.get(sid, []))
+        order = list(shard_map.shards[sid].replicas) if shard_map else list(reps)
+        mode = shard_map.shards[sid].mode if shard_map else next(iter(reps.values())).mode
+        cells, lags = [], []
+        for nid in order:
+            s = reps.get(nid)
+            if s is None:
+                cells.append(f"{nid}:DOWN")
+                continue
+            mark = "" if s.ready else "*"
+            seq = f" {s.seq}" if mode.startswith("ms") else ""
+            cells.append(f"{nid}:{s.role}{seq}{mark}")
+            for peer, lag in sorted(s.lag.items()):
+                if lag < 0:
+                    lags.append(f"{nid}->{peer}:down")
+                elif lag:
+                    lags.append(f"{nid}->{peer}:{lag}")
+        lines.append(f"{sid:<6} {mode:<6} {'  '.join(cells):<44} {' '.join(lags) or '0'}")
+    return "\n".join(lines)
+
+
+# -- finding the cluster ---------------------------------------------------------------------------
+
+
+def _client_kwargs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    addrs: list[str] = list(args.addr or [])
+    kwargs: dict[str, Any] = {}
+    cfg: ClusterConfig | None = None
+    if not addrs:
+        path = args.config or os.environ.get("BESPOKV_CONFIG")
+        env_addr = os.environ.get("BESPOKV_ADDR")
+        if path is None and env_addr:
+            addrs = [a.strip() for a in env_addr.split(",") if a.strip()]
+        else:
+            if path is None:
+                default = os.path.join(DEFAULT_DIR, "cluster.toml")
+                if not os.path.exists(default):
+                    raise SystemExit(
+                        "bespokv: no cluster given: use --addr HOST:PORT or --config FILE "
+                        "(or start one with `bespokv cluster up`)"
+                    )
+                path = default
+            cfg = load(path)
+            addrs = [n.address for n in cfg.nodes]
+    if cfg is not None:
+        kwargs.update(token=cfg.token, tls=cfg.tls, limits=cfg.limits)
+    if args.token:
+        kwargs["token"] = args.token
+    kwargs["timeout"] = args.timeout
+    return addrs, kwargs
+
+
+def _key(args: argparse.Namespace, s: str | None) -> bytes | None:
+    if s is None:
+        return None
+    if args.hex:
+        try:
+            return binascii.unhexlify(s)
+        except binascii.Error as exc:
+            raise SystemExit(f"bespokv: not hex: {s!r}: {exc}") from None
+    return s.encode()
+
+
+def _show(args: argparse.Namespace, b: bytes) -> str:
+    return b.hex() if args.hex else b.decode("utf-8", errors="backslashreplace")
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s",
+    )
+    cfg = load(args.config)
+    cfg.node(args.node)  # validates the id
+
+    async def serve() -> None:
+        from bespokv.server import Node
+
+        node = Node(cfg, args.node)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await node.start()
+        print(f"bespokv node {args.node} listening on {node.address}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            logging.getLogger("bespokv").info("node %s stopping", args.node)
+            await node.stop(grace=1.0)
+
+    asyncio.run(serve())
+    return 0
+
+
+def _pids_path(d: str) -> str:
+    return os.path.join(d, "pids.json")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        return b"bespokv" in cmdline or b"redis-server" in cmdline
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from bespokv.testing import LocalCluster
+
+    d = os.path.abspath(args.dir)
+    pids_file = _pids_path(d)
+    if os.path.exists(pids_file):
+        with open(pids_file) as f:
+            old = json.load(f)
+        if any(_alive(p) for p in old.get("pids", [])):
+            print(f"bespokv: a cluster is already running in {d}; stop it with `bespokv cluster down --dir {d}`",
+                  file=sys.stderr)
+            return 3
+    if os.path.isdir(d):
+        for sub in ("data", "redis", "logs"):
+            shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
+    os.makedirs(d, exist_ok=True)
+    mode = normalize_mode(args.mode)
+    if args.datalet == "redis":
+        from bespokv.testing import redis_available
+
+        if not redis_available():
+            print("bespokv: --datalet redis needs redis-server (apt-get install redis-server)", file=sys.stderr)
+            return 3
+    if args.datalet == "rocksmash":
+        from bespokv.datalets.rocksmash import engine_available
+
+        if not engine_available():
+            print("bespokv: the rocksmash engine is not available in this build (rocksmash.open is missing); "
+                  "use --datalet rocksdb or memory", file=sys.stderr)
+            return 3
+    ports = [args.base_port + i for i in range(args.nodes)] if args.base_port else None
+    try:
+        cluster = LocalCluster(
+            args.nodes, replicas=args.replicas, shards=args.shards, mode=mode, datalet=DataletSpec(args.datalet),
+            dir=d, token=args.token, ports=ports, detach=args.detach,
+        )
+    except Error as exc:
+        print(f"bespokv: {exc}", file=sys.stderr)
+        return 2
+    print(f"starting {args.nodes} nodes ({mode}, datalet {args.datalet}) in {d} ...", flush=True)
+    try:
+        cluster.start(timeout=args.timeout)
+    except Exception as exc:  # noqa: BLE001 - report and clean up
+        print(f"bespokv: cluster did not start: {exc}", file=sys.stderr)
+        for nid in cluster.node_ids:
+            with contextlib.suppress(OSError), open(cluster.log_path(nid), "rb") as f:
+                tail = f.read()[-800:].decode(errors="replace").strip()
+                if tail:
+                    print(f"--- {nid} log (tail) ---\n{tail}", file=sys.stderr)
+        cluster.stop()
+        return 3
+    with open(pids_file, "w") as f:
+        json.dump({"pids": cluster.all_pids(), "config": cluster.config_path}, f)
+    print(f"config: {cluster.config_path}\naddresses: {','.join(cluster.addresses)}")
+    if args.detach:
+        print(f"detached; stop with: bespokv cluster down --dir {d}")
+        return 0
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    tty = sys.stdout.isatty()
+    try:
+        with cluster.client(timeout=3.0, retries=1) as c:
+            smap = c.shard_map()
+            while not stop["now"]:
+                try:
+                    text = render_status(c.cluster_status(), smap)
+                except Error as exc:
+                    text = f"status unavailable: {exc}"
+                if tty:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                sys.stdout.write(text + "\n\n(Ctrl-C stops the cluster)\n")
+                sys.stdout.flush()
+                t_end = time.monotonic() + args.interval
+                while not stop["now"] and time.monotonic() < t_end:
+                    time.sleep(0.1)
+    finally:
+        print("stopping cluster ...", flush=True)
+        cluster.stop()
+        with contextlib.suppress(OSError):
+            os.remove(pids_file)
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    d = os.path.abspath(args.dir)
+    try:
+        with open(_pids_path(d)) as f:
+            pids = json.load(f).get("pids", [])
+    except OSError:
+        print(f"bespokv: no running cluster recorded in {d}", file=sys.stderr)
+        return 3
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    os.remove(_pids_path(d))
+    print(f"stopped {len(pids)} processes")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from bespokv.client import Client
+
+    addrs, kw = _client_kwargs(args)
+    with Client(addrs, **kw) as c:
+        st = c.cluster_status()
+        if args.json:
+            from google.protobuf.json_format import MessageToDict
+
+            print(json.dumps(MessageToDict(st), indent=2))
+        else:
+            print(render_status(st, c.shard_map()))
+    return 0
+
+
+def cmd_kv(args: argparse.Namespace) -> int:
+    from bespokv.client import Client
+
+    addrs, kw = _client_kwargs(args)
+    with Client(addrs, **kw) as c:
+        if args.cmd == "put":
+            c.put(_key(args, args.key), _key(args, args.value))  # type: ignore[arg-type]
+            print("OK")
+        elif args.cmd == "get":
+            v = c.get(_key(args, args.key))  # type: ignore[arg-type]
+            if v is None:
+                print("(not found)", file=sys.stderr)
+                return 1
+            print(_show(args, v))
+        elif args.cmd == "delete":
+            c.delete(_key(args, args.key))  # type: ignore[arg-type]
+            print("OK")
+        elif args.cmd == "scan":
+            n = 0
+            for k, v in c.scan(_key(args, args.start), _key(args, args.end), limit=args.limit, reverse=args.reverse):
+                print(f"{_show(args, k)}\t{_show(args, v)}")
+                n += 1
+            print(f"({n} keys)", file=sys.stderr)
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bespokv", description="Sharded, replicated key-value service.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    node = sub.add_parser("node", help="run one node of a cluster")
+    node.add_argument("--config", required=True, help="cluster config file (TOML)")
+    node.add_argument("--node", required=True, help="this node's id in the config")
+    node.add_argument("--log-level", default="INFO")
+    node.set_defaults(func=cmd_node)
+
+    cl = sub.add_parser("cluster", help="run a whole local cluster on loopback")
+    clsub = cl.add_subparsers(dest="cluster_cmd", required=True)
+    up = clsub.add_parser("up", help="start nodes (one process each) and show their status")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--replicas", type=int, default=3)
+    up.add_argument("--shards", type=int, default=None, help="default: one per node")
+    up.add_argument("--mode", default="ms-sc", help=f"controlet: {', '.join(MODES)}")
+    up.add_argument("--datalet", default="memory", help="memory, rocksdb, rocksmash, redis or module:Class")
+    up.add_argument("--dir", default=DEFAULT_DIR, help="where config, data and logs go")
+    up.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
+    up.add_argument("--token", default=None, help="require this shared token on every call")
+    up.add_argument("--interval", type=float, default=1.0, help="status refresh period (s)")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
+    up.add_argument("--detach", action="store_true", help="start and return; stop with `cluster down`")
+    up.set_defaults(func=cmd_cluster_up)
+    down = clsub.add_parser("down", help="stop a detached local cluster")
+    down.add_argument("--dir", default=DEFAULT_DIR)
+    down.set_defaults(func=cmd_cluster_down)
+
+    def conn(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--addr", action="append", help="a node address HOST:PORT (repeatable)")
+        sp.add_argument("--config", help="cluster config file")
+        sp.add_argument("--token", help="shared token")
+        sp.add_argument("--timeout", type=float, default=10.0)
+        sp.add_argument("--hex", action="store_true", help="keys and values are hex")
+
+    st = sub.add_parser("status", help="show the cluster's nodes and shards")
+    conn(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    put = sub.add_parser("put", help="set a key")
+    conn(put)
+    put.add_argument("key")
+    put.add_argument("value")
+    put.set_defaults(func=cmd_kv)
+    get = sub.add_parser("get", help="read a key (exit 1 if absent)")
+    conn(get)
+    get.add_argument("key")
+    get.set_defaults(func=cmd_kv)
+    dele = sub.add_parser("delete", help="delete a key")
+    conn(dele)
+    dele.add_argument("key")
+    dele.set_defaults(func=cmd_kv)
+    scan = sub.add_parser("scan", help="list keys in [START, END) in order")
+    conn(scan)
+    scan.add_argument("start", nargs="?")
+    scan.add_argument("end", nargs="?")
+    scan.add_argument("--limit", type=int, default=None)
+    scan.add_argument("--reverse", action="store_true")
+    scan.set_defaults(func=cmd_kv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except Error as exc:
+        print(f"bespokv: {type(exc).__name__} ({exc.code.name}): {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,395 @@
+"""The cluster config file (TOML) and its in-memory form.
+
+A cluster config names the nodes, the default controlet and datalet, the number of shards
+and replicas, and optional per-shard overrides. Every node of a cluster reads the same
+file; `bespokv node --config cluster.toml --node n1` picks its own entry. The format is
+documented in docs/bespokv.md ("Config file"); the example there is tested.
+
+Relative paths (datalet ``path``, TLS files, ``token_file``) are relative to the file's
+directory. String datalet options may use ``{node}``, ``{shard}`` and ``{dir}`` (the config
+file's directory); they are filled in per shard replica.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bespokv.errors import InvalidArgumentError
+
+__all__ = [
+    "MODES",
+    "MODE_ALIASES",
+    "DataletSpec",
+    "NodeConfig",
+    "ShardOverride",
+    "TlsConfig",
+    "Limits",
+    "Tuning",
+    "ClusterConfig",
+    "load",
+    "normalize_mode",
+]
+
+#: The four controlets: topology x consistency.
+MODES = ("ms-sc", "ms-ec", "aa-sc", "aa-ec")
+MODE_ALIASES = {
+    "chain": "ms-sc",
+    "master-slave/strong": "ms-sc",
+    "primary-backup": "ms-ec",
+    "master-slave/eventual": "ms-ec",
+    "quorum": "aa-sc",
+    "abd": "aa-sc",
+    "active-active/strong": "aa-sc",
+    "lww": "aa-ec",
+    "active-active/eventual": "aa-ec",
+}
+
+
+def normalize_mode(mode: str) -> str:
+    """Return the canonical mode name (``ms-sc``...), accepting the documented aliases."""
+    m = MODE_ALIASES.get(mode.lower(), mode.lower())
+    if m not in MODES:
+        raise InvalidArgumentError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    return m
+
+
+@dataclass(frozen=True)
+class DataletSpec:
+    """Which datalet to build and its options (``kind`` is a built-in name or ``module:Class``)."""
+
+    kind: str = "memory"
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | str | None) -> DataletSpec:
+        if d is None:
+            return cls()
+        if isinstance(d, str):
+            return cls(kind=d)
+        d = dict(d)
+        kind = d.pop("kind", "memory")
+        return cls(kind=str(kind), options=d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.options}
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    id: str
+    address: str
+    datalet: DataletSpec | None = None
+
+
+@dataclass(frozen=True)
+class ShardOverride:
+    id: int
+    mode: str | None = None
+    replicas: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Server certificate and key; ``ca`` verifies peers (and clients, with ``mutual``)."""
+
+    cert: str
+    key: str
+    ca: str | None = None
+    mutual: bool = False
+    server_name: str | None = None  # name to check in the server's certificate
+
+    def read(self) -> tuple[bytes, bytes, bytes | None]:
+        ca = Path(self.ca).read_bytes() if self.ca else None
+        return Path(self.cert).read_bytes(), Path(self.key).read_bytes(), ca
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds every request is checked against (violations are INVALID_ARGUMENT)."""
+
+    max_key_bytes: int = 4096
+    max_value_bytes: int = 1 << 20  # 1 MiB: a KV store, not a blob store
+    max_batch_ops: int = 10_000
+    max_request_bytes: int = 64 << 20  # gRPC message cap; above every valid batch
+
+    def __post_init__(self) -> None:
+        if self.max_key_bytes < 1 or self.max_value_bytes < 0 or self.max_batch_ops < 1:
+            raise InvalidArgumentError("limits must be positive")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Timing and sizing knobs of the controlets. Each default says why it is what it is."""
+
+    #: Seconds a replicated write or quorum operation may take before DEADLINE_EXCEEDED.
+    request_timeout: float = 5.0
+    #: Bytes of log entries per replication message: big enough to amortize a ~0.2 ms
+    #: stream message, small enough to keep the pipeline moving.
+    repl_batch_bytes: int = 1 << 20
+    #: Log entries kept after every replica acknowledged them, so a restarted replica
+    #: catches up incrementally instead of by a full copy.
+    log_retain_entries: int = 50_000
+    #: Unacknowledged writes a chain head / master holds before refusing new ones
+    #: (RESOURCE_EXHAUSTED): bounds memory when a replica is down.
+    max_pending: int = 100_000
+    #: ms-ec: entries a connected replica may lag before the master makes writers wait.
+    max_lag_entries: int = 10_000
+    #: aa-ec: seconds between anti-entropy rounds with each peer.
+    anti_entropy_interval: float = 2.0
+    #: aa-ec: seconds a tombstone lives before it is collected; a replica down for longer
+    #: must be wiped before it rejoins, or it could resurrect deleted keys.
+    tombstone_grace: float = 3600.0
+    #: Seconds a restarting head/master waits for its replicas' positions before it
+    #: proceeds with those that answered.
+    recovery_timeout: float = 10.0
+    #: Keys per chunk when a full copy streams a datalet's contents.
+    export_chunk: int = 512
+
+    def __post_init__(self) -> None:
+        if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
+            raise InvalidArgumentError("timeouts and intervals must be positive")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """One cluster: nodes, shard layout, default controlet and datalet, security, limits."""
+
+    nodes: tuple[NodeConfig, ...]
+    name: str = "bespokv"
+    mode: str = "ms-sc"
+    shards: int = 1
+    replicas: int = 3
+    vnodes: int = 64
+    datalet: DataletSpec = field(default_factory=DataletSpec)
+    shard_overrides: tuple[ShardOverride, ...] = ()
+    token: str | None = None
+    tls: TlsConfig | None = None
+    limits: Limits = field(default_factory=Limits)
+    tuning: Tuning = field(default_factory=Tuning)
+    base_dir: str = "."
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", normalize_mode(self.mode))
+        if not self.nodes:
+            raise InvalidArgumentError("a cluster needs at least one node")
+        ids = [n.id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgumentError(f"duplicate node ids in {ids}")
+        if self.shards < 1:
+            raise InvalidArgumentError("shards must be >= 1")
+        if not 1 <= self.replicas <= len(self.nodes):
+            raise InvalidArgumentError(
+                f"replicas={self.replicas} must be between 1 and the number of nodes ({len(self.nodes)})"
+            )
+        if self.vnodes < 1:
+            raise InvalidArgumentError("vnodes must be >= 1")
+        for o in self.shard_overrides:
+            if not 0 <= o.id < self.shards:
+                raise InvalidArgumentError(f"shard override {o.id} outside 0..{self.shards - 1}")
+            if o.mode is not None:
+                normalize_mode(o.mode)
+            for r in o.replicas or ():
+                if r not in ids:
+                    raise InvalidArgumentError(f"shard {o.id} names unknown node {r!r}")
+            if o.replicas is not None and len(set(o.replicas)) != len(o.replicas):
+                raise InvalidArgumentError(f"shard {o.id} lists a node twice")
+
+    def node(self, node_id: str) -> NodeConfig:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise InvalidArgumentError(f"no node {node_id!r} in the config (nodes: {[n.id for n in self.nodes]})")
+
+    def datalet_for(self, node_id: str) -> DataletSpec:
+        return self.node(node_id).datalet or self.datalet
+
+    def replace(self, **changes: Any) -> ClusterConfig:
+        return dataclasses.replace(self, **changes)
+
+    # -- (de)serialization -------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], base_dir: str | os.PathLike[str] = ".") -> ClusterConfig:
+        try:
+            return cls._from_dict(d, str(base_dir))
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidArgumentError):
+                raise
+            raise InvalidArgumentError(f"bad cluster config: {exc!r}") from exc
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any], base_dir: str) -> ClusterConfig:
+        c = dict(d.get("cluster", {}))
+        base = Path(base_dir)
+
+        def rel(p: str | None) -> str | None:
+            return None if p is None else str((base / p).resolve()) if not os.path.isabs(p) else p
+
+        nodes = tuple(
+            NodeConfig(
+                id=str(n["id"]),
+                address=str(n.get("address", "127.0.0.1:0")),
+                datalet=DataletSpec.from_dict(n["datalet"]) if "datalet" in n else None,
+            )
+            for n in d.get("nodes", [])
+        )
+        overrides = tuple(
+            ShardOverride(
+                id=int(s["id"]),
+                mode=s.get("mode"),
+                replicas=tuple(str(r) for r in s["replicas"]) if "replicas" in s else None,
+            )
+            for s in d.get("shards", [])
+        )
+        token = c.pop("token", None)
+        token_file = c.pop("token_file", None)
+        if token_file and not token:
+            token = Path(rel(token_file) or "").read_text().strip()
+        tls_d = c.pop("tls", None)
+        tls = None
+        if tls_d:
+            tls = TlsConfig(
+                cert=rel(tls_d["cert"]) or "",
+                key=rel(tls_d["key"]) or "",
+                ca=rel(tls_d.get("ca")),
+                mutual=bool(tls_d.get("mutual", False)),
+                server_name=tls_d.get("server_name"),
+            )
+        limits = Limits(**c.pop("limits", {}))
+        tuning = Tuning(**d.get("tuning", {}))
+        known = {"name", "mode", "shards", "replicas", "vnodes"}
+        unknown = set(c) - known
+        if unknown:
+            raise InvalidArgumentError(f"unknown [cluster] keys: {sorted(unknown)}")
+        return cls(
+            nodes=nodes,
+            name=str(c.get("name", "bespokv")),
+            mode=str(c.get("mode", "ms-sc")),
+            shards=int(c.get("shards", 1)),
+            replicas=int(c.get("replicas", min(3, len(nodes)) or 1)),
+            vnodes=int(c.get("vnodes", 64)),
+            datalet=DataletSpec.from_dict(d.get("datalet")),
+            shard_overrides=overrides,
+            token=token,
+            tls=tls,
+            limits=limits,
+            tuning=tuning,
+            base_dir=str(base.resolve()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        cluster: dict[str, Any] = {
+            "name": self.name,
+            "mode": self.mode,
+            "shards": self.shards,
+            "replicas": self.replicas,
+            "vnodes": self.vnodes,
+        }
+        if self.token:
+            cluster["token"] = self.token
+        if self.tls:
+            t: dict[str, Any] = {"cert": self.tls.cert, "key": self.tls.key, "mutual": self.tls.mutual}
+            if self.tls.ca:
+                t["ca"] = self.tls.ca
+            if self.tls.server_name:
+                t["server_name"] = self.tls.server_name
+            cluster["tls"] = t
+        if self.limits != Limits():
+            cluster["limits"] = dataclasses.asdict(self.limits)
+        out: dict[str, Any] = {"cluster": cluster, "datalet": self.datalet.to_dict()}
+        if self.tuning != Tuning():
+            out["tuning"] = {
+                k: v for k, v in dataclasses.asdict(self.tuning).items() if getattr(Tuning(), k) != v
+            }
+        out["nodes"] = []
+        for n in self.nodes:
+            nd: dict[str, Any] = {"id": n.id, "address": n.address}
+            if n.datalet:
+                nd["datalet"] = n.datalet.to_dict()
+            out["nodes"].append(nd)
+        if self.shard_overrides:
+            out["shards"] = []
+            for o in self.shard_overrides:
+                od: dict[str, Any] = {"id": o.id}
+                if o.mode:
+                    od["mode"] = o.mode
+                if o.replicas is not None:
+                    od["replicas"] = list(o.replicas)
+                out["shards"].append(od)
+        return out
+
+    def to_toml(self) -> str:
+        return dump_toml(self.to_dict())
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        tmp = Path(str(path) + ".tmp")
+        tmp.write_text(self.to_toml())
+        os.replace(tmp, path)
+
+
+def load(path: str | os.PathLike[str]) -> ClusterConfig:
+    """Read a cluster config file. Raises :class:`InvalidArgumentError` when it is malformed."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgumentError(f"{p}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read cluster config {p}: {exc}") from exc
+    return ClusterConfig.from_dict(data, p.parent)
+
+
+# -- a tiny TOML writer for the shapes above (tomllib only reads) --------------------------
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise InvalidArgumentError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
+
+
+def dump_toml(d: dict[str, Any]) -> str:
+    """Write nested dicts / lists of dicts as TOML tables and arrays of tables."""
+    lines: list[str] = []
+
+    def table(prefix: str, t: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in t.items() if not isinstance(v, dict) and not _is_aot(v)}
+        subs = {k: v for k, v in t.items() if isinstance(v, dict)}
+        aots = {k: v for k, v in t.items() if _is_aot(v)}
+        for k, v in scalars.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in subs.items():
+            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
+            lines.append("")
+            lines.append(f"[{name}]")
+            table(name, v)
+        for k, v in aots.items():
+            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
+            for item in v:
+                lines.append("")
+                lines.append(f"[[{name}]]")
+                table(name, item)
+
+    table("", d)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _is_aot(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)

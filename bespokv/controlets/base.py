@@ -1,0 +1,171 @@
+"""What every controlet offers the node, and what the node gives every controlet.
+
+A controlet owns one replica of one shard on one node: it wraps that replica's datalet
+and talks to the same shard's controlets on the other replicas. The node (``server.py``)
+routes each client operation to the node the controlet names (``write_target`` /
+``read_target``) and calls the matching method there.
+
+Contracts shared by all controlets:
+
+* Methods run on the node's event loop; datalet calls are synchronous and never
+  interleave, so state updated in one synchronous stretch is consistent.
+* ``write(ops)`` returns only when the write is as durable as the mode promises (see each
+  module); it raises a bespokv error otherwise (UNAVAILABLE/RESOURCE_EXHAUSTED: not applied;
+  DEADLINE_EXCEEDED: may or may not be applied).
+* Keys passed in are already validated (non-empty, not reserved, within limits).
+* ``scan`` yields lists of pairs in key order (reverse order when asked), never reserved
+  keys, at most ``limit`` pairs in total when a limit is given.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import grpc
+
+from bespokv.config import Limits, Tuning
+from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
+from bespokv.errors import UnsupportedError
+from bespokv.hlc import HybridClock
+from bespokv.peers import PeerPool
+from bespokv.proto import bespokv_pb2 as pb
+from bespokv.shardmap import ShardInfo
+
+__all__ = ["ShardContext", "Controlet", "user_end"]
+
+
+def user_end(end: bytes | None) -> bytes:
+    """The exclusive end bound of a user scan: never reaches the reserved key range."""
+    if end is None or end > RESERVED_PREFIX:
+        return RESERVED_PREFIX
+    return end
+
+
+@dataclass
+class ShardContext:
+    """Everything a controlet gets from its node."""
+
+    node_id: str
+    node_number: int
+    shard: ShardInfo
+    datalet: Datalet
+    peers: PeerPool
+    clock: HybridClock
+    tuning: Tuning = field(default_factory=Tuning)
+    limits: Limits = field(default_factory=Limits)
+    epoch: int = 1
+
+    @property
+    def shard_id(self) -> int:
+        return self.shard.id
+
+    @property
+    def others(self) -> list[str]:
+        return [r for r in self.shard.replicas if r != self.node_id]
+
+
+class Controlet(abc.ABC):
+    """One replica of one shard: replication topology x consistency level."""
+
+    mode: ClassVar[str]
+
+    def __init__(self, ctx: ShardContext) -> None:
+        self.ctx = ctx
+        self.datalet = ctx.datalet
+        self.started_at = time.monotonic()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Begin background work (replication links, recovery, anti-entropy)."""
+
+    async def stop(self) -> None:  # noqa: B027 - optional hook
+        """Stop background work; the datalet is closed by the node afterwards."""
+
+    # -- routing --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def write_target(self) -> str:
+        """The node that must execute writes (and CAS) of this shard."""
+
+    @abc.abstractmethod
+    def read_target(self) -> str:
+        """The node that should execute reads of this shard (for a request arriving here)."""
+
+    # -- operations -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get(self, key: bytes) -> bytes | None:
+        """Read ``key`` with the mode's consistency."""
+
+    @abc.abstractmethod
+    async def write(self, ops: list[Op]) -> None:
+        """Apply ``ops`` (puts and deletes) with the mode's atomicity and durability."""
+
+    async def cas(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None]:
+        """Compare-and-set; returns ``(succeeded, value before)``."""
+        raise UnsupportedError(f"compare-and-set is not offered by {self.mode} shards")
+
+    @abc.abstractmethod
+    def scan(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        """Ordered pairs in ``[start, end)`` with the mode's consistency, in chunks."""
+
+    def get_local(self, key: bytes) -> bytes | None:
+        """This replica's own value of ``key``, no coordination (diagnostics)."""
+        return self.datalet.get(key)
+
+    def scan_local(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]:
+        return list(self.datalet.scan(start, user_end(end), reverse=reverse, limit=limit))
+
+    # -- status ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def role(self) -> str:
+        """head/middle/tail, master/replica, or peer."""
+
+    def ready(self) -> bool:
+        return True
+
+    def status(self) -> pb.ShardStatus:
+        st = pb.ShardStatus(
+            shard=self.ctx.shard_id, mode=self.mode, role=self.role(), ready=self.ready()
+        )
+        st.info["replicas"] = ",".join(self.ctx.shard.replicas)
+        return st
+
+    # -- peer RPCs (each controlet implements the ones it uses) ----------------------------
+
+    async def on_replicate(self, request_iterator: AsyncIterator[pb.ReplMessage], context: grpc.aio.ServicerContext) -> None:
+        raise UnsupportedError(f"{self.mode} shards do not ship logs")
+
+    def on_position(self) -> pb.PositionResponse:
+        raise UnsupportedError(f"{self.mode} shards have no replication position")
+
+    def on_pull(self, request: pb.PullRequest) -> AsyncIterator[pb.ReplMessage]:
+        raise UnsupportedError(f"{self.mode} shards do not serve pulls")
+
+    async def on_versioned_read(self, request: pb.VersionedReadRequest) -> pb.VersionedReadResponse:
+        raise UnsupportedError(f"{self.mode} shards keep no versions")
+
+    async def on_versioned_write(self, request: pb.VersionedWriteRequest) -> pb.VersionedWriteResponse:
+        raise UnsupportedError(f"{self.mode} shards keep no versions")
+
+    async def on_versioned_scan(self, request: pb.VersionedScanRequest) -> pb.VersionedScanResponse:
+        raise UnsupportedError(f"{self.mode} shards keep no versions")
+
+    async def on_digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
+        raise UnsupportedError(f"{self.mode} shards run no anti-entropy")
+
+    def on_export(self, request: pb.ExportRequest) -> AsyncIterator[pb.ExportChunk]:
+        raise UnsupportedError(f"{self.mode} shards do not export versions")
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,250 @@
+"""active-active + eventual consistency: last writer wins, by hybrid logical clock.
+
+* Any replica accepts a write: it stamps it with its hybrid logical clock (ties broken by
+  node number), stores it, answers, and pushes it to the other replicas asynchronously
+  (batched ``VersionedWrite`` calls, one outbox per peer). Replicas keep the highest
+  version of each key, so they agree once they have seen the same writes, whatever the
+  order. Deletes are tombstones.
+* Reads and scans are served by the replica the request reaches.
+* Anti-entropy repairs what pushes missed (a peer was down, an outbox overflowed): every
+  ``anti_entropy_interval`` a replica compares per-bucket digests (64 buckets, each the XOR
+  of a hash of every key with its version) with each peer and exchanges the contents of
+  the buckets that differ, both ways.
+* Tombstones are collected ``tombstone_grace`` seconds after their timestamp. Incoming
+  tombstones older than that are dropped, so collected ones do not come back. A replica
+  that was down for longer than the grace period must be wiped before it rejoins.
+* CAS is not offered (UNIMPLEMENTED): last-writer-wins cannot make a conditional write
+  atomic across replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import xxhash
+
+from bespokv import versioned
+from bespokv.controlets.base import ShardContext
+from bespokv.controlets.registers import DIGEST_BUCKETS, VersionedControlet, bucket_of
+from bespokv.controlets.scanning import local_scan_chunks
+from bespokv.datalets.base import RESERVED_PREFIX, Op
+from bespokv.hlc import physical_ms
+from bespokv.proto import bespokv_pb2 as pb
+
+__all__ = ["LwwControlet"]
+
+log = logging.getLogger(__name__)
+OUTBOX_LIMIT = 100_000  # entries queued per peer before pushes are dropped (anti-entropy repairs)
+PUSH_BATCH = 2048
+
+
+def _digest_of(key: bytes, enc: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(key + enc[: versioned.HEADER])
+
+
+class LwwControlet(VersionedControlet):
+    mode = "aa-ec"
+
+    def __init__(self, ctx: ShardContext) -> None:
+        super().__init__(ctx)
+        self.digests = [0] * DIGEST_BUCKETS
+        self._outbox: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ctx.others}
+        self._outbox_event: dict[str, asyncio.Event] = {n: asyncio.Event() for n in ctx.others}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stats.update({"pushed": 0, "push_dropped": 0, "ae_rounds": 0, "ae_repaired": 0, "tombstones_collected": 0})
+        self.last_ae: dict[str, float] = {}
+        self._rebuild_digests()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for node in self.ctx.others:
+            self._tasks.append(asyncio.ensure_future(self._pusher(node)))
+        if self.ctx.others:
+            self._tasks.append(asyncio.ensure_future(self._anti_entropy()))
+        self._tasks.append(asyncio.ensure_future(self._collector()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.close_batchers()
+
+    def role(self) -> str:
+        return "peer"
+
+    def write_target(self) -> str:
+        return self.ctx.node_id
+
+    def read_target(self) -> str:
+        return self.ctx.node_id
+
+    # -- digests --------------------------------------------------------------------------
+
+    def _rebuild_digests(self) -> None:
+        d = [0] * DIGEST_BUCKETS
+        for chunk in self.datalet.export(4096):
+            for k, enc in chunk:
+                if not k.startswith(RESERVED_PREFIX):
+                    d[bucket_of(k)] ^= _digest_of(k, enc)
+        self.digests = d
+
+    def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
+        d = self.digests
+        for k, old, new in changes:
+            b = bucket_of(k)
+            if old is not None:
+                d[b] ^= _digest_of(k, old)
+            d[b] ^= _digest_of(k, new)
+
+    def _expired(self, enc: bytes, now_ms: int) -> bool:
+        if enc[0] != versioned.TOMBSTONE:
+            return False
+        ts = versioned.version_of(enc)[0]
+        return physical_ms(ts) < now_ms - int(self.ctx.tuning.tombstone_grace * 1000)
+
+    def accept(self, key: bytes, enc: bytes) -> bool:
+        return not self._expired(enc, time.time_ns() // 1_000_000)
+
+    def observe(self, entries: list[tuple[bytes, bytes]]) -> None:
+        if entries:
+            self.ctx.clock.observe(max(versioned.version_of(enc)[0] for _, enc in entries))
+
+    # -- operations -----------------------------------------------------------------------
+
+    async def write(self, ops: list[Op]) -> None:
+        ts = self.ctx.clock.now()
+        me = self.ctx.node_number
+        entries = [(k, versioned.encode(ts, me, v)) for k, v in ops]
+        self.store_if_newer(entries)
+        for node, box in self._outbox.items():
+            if len(box) + len(entries) > OUTBOX_LIMIT:
+                self.stats["push_dropped"] += len(entries)
+                continue
+            box.extend(entries)
+            self._outbox_event[node].set()
+
+    async def get(self, key: bytes) -> bytes | None:
+        return self.get_local(key)
+
+    async def scan(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        async for chunk in local_scan_chunks(
+            self.datalet, start, end, reverse=reverse, limit=limit, transform=self.live_pairs
+        ):
+            yield chunk
+
+    # -- background -----------------------------------------------------------------------
+
+    async def _pusher(self, node: str) -> None:
+        backoff = 0.05
+        ev = self._outbox_event[node]
+        while True:
+            await ev.wait()
+            ev.clear()
+            while self._outbox[node]:
+                box = self._outbox[node]
+                batch, self._outbox[node] = box[:PUSH_BATCH], box[PUSH_BATCH:]
+                try:
+                    await self.write_to(node, batch)
+                    self.stats["pushed"] += len(batch)
+                    backoff = 0.05
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - the peer is down: keep, retry later
+                    rest = self._outbox[node]
+                    if len(rest) + len(batch) <= OUTBOX_LIMIT:
+                        self._outbox[node] = batch + rest
+                    else:
+                        self.stats["push_dropped"] += len(batch)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+
+    async def anti_entropy_round(self, node: str) -> int:
+        """Compare digests with ``node`` and exchange the buckets that differ; returns how
+        many of our values changed."""
+        resp = await self.ctx.peers.peer(node).Digest(
+            pb.DigestRequest(shard=self.ctx.shard_id), timeout=5.0, metadata=self.ctx.peers.metadata
+        )
+        theirs = list(resp.digests)
+        if len(theirs) != DIGEST_BUCKETS:
+            raise ValueError(f"{node} sent {len(theirs)} digests, expected {DIGEST_BUCKETS}")
+        differing = [b for b in range(DIGEST_BUCKETS) if theirs[b] != self.digests[b]]
+        self.stats["ae_rounds"] += 1
+        self.last_ae[node] = time.monotonic()
+        if not differing:
+            return 0
+        changed = await self.pull_export(node, differing)
+        # Push ours for the same buckets (what they lack is fixed on their side).
+        wanted = set(differing)
+        ours: list[tuple[bytes, bytes]] = []
+        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+            ours.extend((k, v) for k, v in chunk if not k.startswith(RESERVED_PREFIX) and bucket_of(k) in wanted)
+            if len(ours) >= PUSH_BATCH:
+                await self.write_to(node, ours)
+                ours = []
+            await asyncio.sleep(0)
+        if ours:
+            await self.write_to(node, ours)
+        self.stats["ae_repaired"] += changed
+        return changed
+
+    async def _anti_entropy(self) -> None:
+        interval = self.ctx.tuning.anti_entropy_interval
+        while True:
+            await asyncio.sleep(interval)
+            for node in self.ctx.others:
+                try:
+                    await self.anti_entropy_round(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - peer down; next round
+                    log.debug("shard %s: anti-entropy with %s failed: %r", self.ctx.shard_id, node, exc)
+
+    def collect_tombstones(self) -> int:
+        """Delete tombstones older than the grace period; returns how many."""
+        now_ms = time.time_ns() // 1_000_000
+        dead: list[tuple[bytes, bytes]] = []
+        for chunk in self.datalet.export(4096):
+            for k, enc in chunk:
+                if not k.startswith(RESERVED_PREFIX) and self._expired(enc, now_ms):
+                    dead.append((k, enc))
+        if dead:
+            # Re-check under the same synchronous stretch: only delete what is unchanged.
+            current = self.datalet.multi_get([k for k, _ in dead])
+            ops: list[Op] = []
+            for (k, enc), cur in zip(dead, current):
+                if cur == enc:
+                    ops.append((k, None))
+                    self.digests[bucket_of(k)] ^= _digest_of(k, enc)
+            if ops:
+                self.datalet.write(ops)
+            self.stats["tombstones_collected"] += len(ops)
+            return len(ops)
+        return 0
+
+    async def _collector(self) -> None:
+        period = max(0.5, min(self.ctx.tuning.tombstone_grace / 2, 60.0))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.collect_tombstones()
+            except Exception as exc:  # noqa: BLE001 - retry next period
+                log.warning("shard %s: tombstone collection failed: %r", self.ctx.shard_id, exc)
+
+    # -- peer RPCs ------------------------------------------------------------------------
+
+    async def on_digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
+        return pb.DigestResponse(digests=self.digests)
+
+    def status(self) -> pb.ShardStatus:
+        st = super().status()
+        for node, box in self._outbox.items():
+            st.lag[node] = len(box)
+        for k in ("pushed", "push_dropped", "ae_rounds", "ae_repaired", "tombstones_collected"):
+            st.info[k] = str(int(self.stats[k]))
+        return st

@@ -1,0 +1,248 @@
+"""The part of the two master-slave controlets that does not depend on consistency.
+
+Roles: the first replica of a shard is the head (chain) / master (primary-backup); it
+numbers writes and feeds its downstream replicas through :class:`~shipping.Link` streams.
+The others receive a stream (``on_replicate``) and, in a chain, feed the next one.
+
+Start-up:
+
+* A downstream replica is not *synced* until its upstream has connected and it has
+  caught up with the upstream's position at that moment; until then it serves no reads
+  and feeds nobody (so a replica that lost its data cannot wipe the one below it).
+* The head/master first asks every replica for its position (waiting up to
+  ``recovery_timeout`` for all to answer). If one is ahead - the head restarted from a
+  volatile or older datalet - it pulls what it lacks from the one furthest ahead before
+  accepting writes. Writes arriving meanwhile get UNAVAILABLE (not applied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+
+from bespokv.controlets.base import Controlet, ShardContext
+from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed
+from bespokv.errors import Error, UnavailableError, WrongShardError, from_exception
+from bespokv.proto import bespokv_pb2 as pb
+
+__all__ = ["MasterSlaveControlet"]
+
+log = logging.getLogger(__name__)
+
+
+class MasterSlaveControlet(Controlet):
+    """Shared machinery: position, links, the upstream stream handler, recovery."""
+
+    def __init__(self, ctx: ShardContext) -> None:
+        super().__init__(ctx)
+        self.store = ReplicatedStore(ctx.datalet, ctx.tuning)
+        self.is_head = ctx.shard.head == ctx.node_id
+        self.synced = len(ctx.shard.replicas) == 1
+        self._synced_changed = asyncio.Event()
+        self.links: dict[str, Link] = {}
+        self._session = 0
+        self._upstream_from = ""
+        self._ack_changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.recovered_from = ""
+        self.last_upstream_time = 0.0
+
+    # -- topology (subclasses) --------------------------------------------------------------
+
+    def downstreams(self) -> list[str]:
+        """Replicas this node feeds."""
+        raise NotImplementedError
+
+    def ack_value(self) -> int:
+        """The seq this node acknowledges upstream."""
+        return self.store.seq
+
+    def on_link_ack(self, link: Link) -> None:
+        """Called for every acknowledgement a link receives."""
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for d in self.downstreams():
+            link = Link(
+                store=self.store,
+                shard=self.ctx.shard_id,
+                me=self.ctx.node_id,
+                downstream=d,
+                peers=self.ctx.peers,
+                on_ack=self.on_link_ack,
+                can_send=lambda: self.synced,
+                gate=self._wait_synced_change,
+            )
+            self.links[d] = link
+            link.start()
+        if self.is_head and not self.synced:
+            self._tasks.append(asyncio.ensure_future(self._recover()))
+        elif self.is_head and not self.store.history:
+            self.store.adopt_history(os.urandom(16))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for link in self.links.values():
+            await link.stop()
+        self._session += 1  # ends any upstream stream handler
+
+    def _set_synced(self, value: bool) -> None:
+        if value != self.synced:
+            self.synced = value
+            self._synced_changed.set()
+            self._synced_changed = asyncio.Event()
+
+    async def _wait_synced_change(self) -> None:
+        await self._synced_changed.wait()
+
+    def ready(self) -> bool:
+        return self.synced
+
+    # -- head/master recovery ------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        others = self.ctx.others
+        while True:
+            positions: dict[str, pb.Position] = {}
+            deadline = time.monotonic() + self.ctx.tuning.recovery_timeout
+            while True:
+                pending = [n for n in others if n not in positions]
+                results = await asyncio.gather(*(self._position_of(n) for n in pending), return_exceptions=True)
+                for n, r in zip(pending, results):
+                    if isinstance(r, pb.PositionResponse):
+                        positions[n] = r.position
+                if len(positions) == len(others) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+            best = max(positions.items(), key=lambda kv: kv[1].seq, default=None)
+            if best is None or best[1].seq <= self.store.seq:
+                break
+            try:
+                await self._pull(best[0])
+                self.recovered_from = best[0]
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retry the whole recovery
+                log.warning("shard %s: pull from %s failed: %r; retrying", self.ctx.shard_id, best[0], exc)
+                await asyncio.sleep(0.2)
+        if not self.store.history:
+            # A fresh history: replicas holding another one get a full copy.
+            self.store.adopt_history(os.urandom(16))
+        log.info("shard %s: %s ready at seq %d", self.ctx.shard_id, self.ctx.node_id, self.store.seq)
+        self._set_synced(True)
+
+    async def _position_of(self, node: str) -> pb.PositionResponse:
+        return await self.ctx.peers.peer(node).Position(
+            pb.PositionRequest(shard=self.ctx.shard_id), timeout=1.0, metadata=self.ctx.peers.metadata
+        )
+
+    async def _pull(self, node: str) -> None:
+        call = self.ctx.peers.peer(node).Pull(
+            pb.PullRequest(shard=self.ctx.shard_id, position=self.store.position(), from_node=self.ctx.node_id),
+            metadata=self.ctx.peers.metadata,
+        )
+        progress = CatchUp(self.store.position())
+        async for msg in call:
+            apply_message(self.store, msg, progress)
+        if progress.copy_position is not None:
+            raise UnavailableError("pull ended in the middle of a copy")
+
+    # -- peer RPCs ----------------------------------------------------------------------------
+
+    def on_position(self) -> pb.PositionResponse:
+        return pb.PositionResponse(position=self.store.position(), ready=self.synced)
+
+    async def on_pull(self, request: pb.PullRequest) -> AsyncIterator[pb.ReplMessage]:
+        async for msg in feed(
+            self.store, self.ctx.shard_id, request.position, follow=False, owner=object(),
+            chunk=self.ctx.tuning.export_chunk,
+        ):
+            yield msg
+
+    def expected_upstream(self) -> str | None:
+        """The node allowed to feed this one."""
+        raise NotImplementedError
+
+    async def on_replicate(self, request_iterator: AsyncIterator[pb.ReplMessage], context: grpc.aio.ServicerContext) -> None:
+        it = request_iterator.__aiter__()
+        first = await it.__anext__()
+        if first.WhichOneof("body") != "hello":
+            raise WrongShardError("a replication stream must start with hello")
+        sender = first.hello.from_node
+        if sender != self.expected_upstream():
+            raise WrongShardError(
+                f"node {sender!r} is not the upstream of {self.ctx.node_id!r} for shard {self.ctx.shard_id}"
+            )
+        self._session += 1
+        session = self._session
+        self._upstream_from = sender
+        self.last_upstream_time = time.monotonic()
+        progress = CatchUp(first.hello.position)
+        # A replica stays synced across reconnects (its data is exact for what it has
+        # applied); only a full copy makes it inexact until the copy is caught up.
+        if not self.synced and progress.done(self.store):
+            self._set_synced(True)
+        await context.write(pb.ReplAck(position=self.store.position(), acked=self.ack_value()))
+
+        acker = asyncio.ensure_future(self._ack_loop(context, session))
+        try:
+            while True:
+                try:
+                    msg = await it.__anext__()
+                except StopAsyncIteration:
+                    break
+                if session != self._session:
+                    raise UnavailableError("replication stream superseded by a newer one")
+                if msg.WhichOneof("body") == "snapshot_begin":
+                    self._set_synced(False)
+                try:
+                    apply_message(self.store, msg, progress)
+                except Error:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - datalet failure
+                    raise from_exception(exc) from exc
+                self.last_upstream_time = time.monotonic()
+                if not self.synced and progress.done(self.store):
+                    self._set_synced(True)
+                self._signal_ack()
+        finally:
+            acker.cancel()
+            await asyncio.gather(acker, return_exceptions=True)
+
+    def _signal_ack(self) -> None:
+        self._ack_changed.set()
+
+    async def _ack_loop(self, context: grpc.aio.ServicerContext, session: int) -> None:
+        last: tuple[int, int, bytes] | None = None
+        while session == self._session:
+            await self._ack_changed.wait()
+            self._ack_changed.clear()
+            cur = (self.store.seq, self.ack_value(), self.store.history)
+            if cur != last:
+                last = cur
+                await context.write(pb.ReplAck(position=self.store.position(), acked=cur[1]))
+
+    # -- status -------------------------------------------------------------------------------
+
+    def status(self) -> pb.ShardStatus:
+        st = super().status()
+        st.seq = self.store.seq
+        for node, link in self.links.items():
+            st.lag[node] = link.lag if link.connected else -1
+            if link.last_error and not link.connected:
+                st.info[f"link.{node}"] = link.last_error[:200]
+            if link.copies:
+                st.info[f"copies.{node}"] = str(link.copies)
+        st.info["log_entries"] = str(len(self.store.log))
+        if self.recovered_from:
+            st.info["recovered_from"] = self.recovered_from
+        return st

@@ -1,0 +1,144 @@
+"""master-slave + eventual consistency: asynchronous primary-backup.
+
+* The master (first replica) applies each write, numbers it, and answers the client at
+  once. It streams the log to every other replica directly (one ``Replicate`` stream per
+  replica, batched and pipelined); replicas apply entries in order, so each one is always
+  a prefix of the master's history.
+* Replica lag is bounded: when a connected replica is more than ``max_lag_entries``
+  behind, new writes wait for it to catch up (RESOURCE_EXHAUSTED after
+  ``request_timeout``). A disconnected replica does not hold writes back; it catches up
+  from the log or by a full copy when it returns. Lag (entries and seconds) is reported in
+  the shard status.
+* Reads are served by the replica the request reaches (the client spreads them, or asks
+  for the master to read its own writes); a replica that is not yet caught up after a
+  restart forwards its reads to the master.
+* CAS is decided by the master against its own state; it is atomic at the master.
+  Writes acknowledged by the master and not yet replicated are lost if the master's
+  datalet is lost: that is the price of eventual consistency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+
+from bespokv.controlets.base import ShardContext
+from bespokv.controlets.masterslave import MasterSlaveControlet
+from bespokv.controlets.scanning import local_scan_chunks
+from bespokv.controlets.shipping import Link
+from bespokv.datalets.base import Op
+from bespokv.errors import OverloadedError, UnavailableError, WrongShardError
+from bespokv.proto import bespokv_pb2 as pb
+
+__all__ = ["PrimaryBackupControlet"]
+
+
+class PrimaryBackupControlet(MasterSlaveControlet):
+    mode = "ms-ec"
+
+    def __init__(self, ctx: ShardContext) -> None:
+        super().__init__(ctx)
+        self._lag_changed = asyncio.Event()
+        self._times: deque[tuple[int, float]] = deque()  # (seq, monotonic) of recent writes
+
+    def downstreams(self) -> list[str]:
+        return self.ctx.others if self.is_head else []
+
+    def expected_upstream(self) -> str | None:
+        return self.ctx.shard.head
+
+    def role(self) -> str:
+        return "master" if self.is_head else "replica"
+
+    def write_target(self) -> str:
+        return self.ctx.shard.head
+
+    def read_target(self) -> str:
+        return self.ctx.node_id if self.synced else self.ctx.shard.head
+
+    def on_link_ack(self, link: Link) -> None:
+        self._lag_changed.set()
+        self._lag_changed = asyncio.Event()
+
+    def _max_lag(self) -> int:
+        return max((l.lag for l in self.links.values() if l.connected), default=0)
+
+    async def _wait_for_lag(self) -> None:
+        bound = self.ctx.tuning.max_lag_entries
+        if self._max_lag() < bound:
+            return
+        deadline = time.monotonic() + self.ctx.tuning.request_timeout
+        while self._max_lag() >= bound:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise OverloadedError(
+                    f"shard {self.ctx.shard_id}: a replica lags {self._max_lag()} entries (bound {bound}); retry later"
+                )
+            try:
+                await asyncio.wait_for(self._lag_changed.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _check_master(self) -> None:
+        if not self.is_head:
+            raise WrongShardError(f"writes to shard {self.ctx.shard_id} go to its master {self.ctx.shard.head}")
+        if not self.synced:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: master {self.ctx.node_id} is recovering")
+
+    def _record_time(self, seq: int) -> None:
+        t = self._times
+        t.append((seq, time.monotonic()))
+        if len(t) > 2 * self.ctx.tuning.max_lag_entries + 1024:
+            for _ in range(len(t) // 2):
+                t.popleft()
+
+    async def write(self, ops: list[Op]) -> None:
+        self._check_master()
+        await self._wait_for_lag()
+        self._check_master()
+        self._record_time(self.store.append_local(ops))
+
+    async def cas(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None]:
+        self._check_master()
+        await self._wait_for_lag()
+        self._check_master()
+        current = self.datalet.get(key)
+        if current == expected:
+            self._record_time(self.store.append_local([(key, value)]))
+            return True, current
+        return False, current
+
+    def _check_readable(self) -> None:
+        if not self.synced:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is catching up")
+
+    async def get(self, key: bytes) -> bytes | None:
+        self._check_readable()
+        return self.datalet.get(key)
+
+    async def scan(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        self._check_readable()
+        async for chunk in local_scan_chunks(self.datalet, start, end, reverse=reverse, limit=limit):
+            yield chunk
+
+    def lag_seconds(self, link: Link) -> float:
+        """Age of the oldest write the replica has not acknowledged (0 when caught up)."""
+        if link.applied >= self.store.seq:
+            return 0.0
+        i = bisect.bisect_right(self._times, (link.applied, float("inf")))
+        if i >= len(self._times):
+            return 0.0
+        return time.monotonic() - self._times[i][1]
+
+    def status(self) -> pb.ShardStatus:
+        st = super().status()
+        for node, link in self.links.items():
+            st.info[f"lag_s.{node}"] = f"{self.lag_seconds(link):.3f}" if link.connected else "down"
+        if not self.is_head and self.last_upstream_time:
+            st.info["since_upstream_s"] = f"{time.monotonic() - self.last_upstream_time:.3f}"
+        return st

@@ -1,0 +1,249 @@
+"""active-active + strong consistency: majority quorums over versioned registers (ABD).
+
+Attiya, Bar-Noy and Dolev's emulation of an atomic register, one register per key, with no
+leader: any replica coordinates any operation, and every operation needs a majority
+(``q = n // 2 + 1``) of the shard's replicas.
+
+* write(k, v): (1) ask a majority for k's version; (2) pick a version above every one
+  seen - ``(ts, writer)`` with ts above the highest seen and above anything this node
+  issued before, so it is unique; (3) store ``(version, v)`` at all replicas and answer once
+  a majority stored it. Deletes write tombstones. A batch runs both phases once for all its
+  keys (one RPC per replica per phase); it is atomic per key, not across keys.
+* read(k): (1) ask a majority for k's versioned value; (2) if they disagree, write the
+  highest back until a majority holds it (so no later read can return an older value);
+  (3) return it.
+* scan: pages of the range from a majority, merged by version, written back like reads.
+
+Every operation is linearizable per key. CAS is not offered (UNIMPLEMENTED): a
+read/write register cannot implement compare-and-set without consensus.
+
+A replica restarted with a volatile datalet has lost its values; until it has merged the
+replicas of ``n - q + 1`` others (which must include a survivor of every majority) it
+serves no quorum reads, though it accepts writes. With a persistent datalet it rejoins at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from bespokv import versioned
+from bespokv.controlets.base import ShardContext, user_end
+from bespokv.controlets.registers import VersionedControlet
+from bespokv.datalets.base import Op
+from bespokv.errors import UnavailableError
+from bespokv.proto import bespokv_pb2 as pb
+
+__all__ = ["QuorumControlet"]
+
+log = logging.getLogger(__name__)
+SCAN_PAGE = 256
+
+
+class QuorumControlet(VersionedControlet):
+    mode = "aa-sc"
+
+    def __init__(self, ctx: ShardContext) -> None:
+        super().__init__(ctx)
+        self.replicas = list(ctx.shard.replicas)
+        self.q = ctx.shard.quorum
+        self._last_ts = 0
+        self._recovery: asyncio.Task[None] | None = None
+        others = len(self.replicas) - 1
+        self.readable = others == 0 or ctx.datalet.persistent
+        self.stats.update({"write_backs": 0, "recovered_keys": 0})
+
+    async def start(self) -> None:
+        if not self.readable:
+            self._recovery = asyncio.ensure_future(self._recover())
+
+    async def stop(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
+        self.close_batchers()
+
+    def role(self) -> str:
+        return "peer"
+
+    def ready(self) -> bool:
+        return self.readable
+
+    def write_target(self) -> str:
+        return self.ctx.node_id
+
+    def read_target(self) -> str:
+        return self.ctx.node_id
+
+    # -- recovery -------------------------------------------------------------------------
+
+    async def _recover(self) -> None:
+        need = len(self.replicas) - self.q + 1
+        merged: set[str] = set()
+        others = self.ctx.others
+        while len(merged) < min(need, len(others)):
+            for node in others:
+                if node in merged:
+                    continue
+                try:
+                    self.stats["recovered_keys"] += await self.pull_export(node)
+                    merged.add(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - retried
+                    log.info("shard %s: recovery from %s failed: %r", self.ctx.shard_id, node, exc)
+            if len(merged) < min(need, len(others)):
+                await asyncio.sleep(0.3)
+        self.readable = True
+        log.info("shard %s: %s recovered from %s", self.ctx.shard_id, self.ctx.node_id, sorted(merged))
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def _read_calls(self, keys: list[bytes], versions_only: bool) -> dict[str, Callable[[], Awaitable[list[bytes | None]]]]:
+        calls: dict[str, Callable[[], Awaitable[list[bytes | None]]]] = {}
+        for node in self.replicas:
+            if node == self.ctx.node_id and not self.readable:
+                continue
+
+            def call(node: str = node) -> Awaitable[list[bytes | None]]:
+                return self.read_from(node, keys, versions_only)
+
+            calls[node] = call
+        return calls
+
+    async def _store(self, entries: list[tuple[bytes, bytes]], nodes: list[str], need: int, what: str) -> None:
+        calls = {}
+        for node in nodes:
+
+            def call(node: str = node) -> Awaitable[None]:
+                return self.write_to(node, entries)
+
+            calls[node] = call
+        await self.quorum(calls, need, what, ambiguous=True)
+
+    def _next_ts(self, seen: int) -> int:
+        self._last_ts = max(self._last_ts, seen) + 1
+        return self._last_ts
+
+    async def write(self, ops: list[Op]) -> None:
+        latest: dict[bytes, bytes | None] = {}
+        for k, v in ops:
+            latest[k] = v
+        keys = list(latest)
+        answers = await self.quorum(self._read_calls(keys, True), self.q, "version query")
+        seen = 0
+        for vals in answers.values():
+            for enc in vals:
+                if enc is not None:
+                    seen = max(seen, versioned.version_of(enc)[0])
+        ts = self._next_ts(seen)
+        me = self.ctx.node_number
+        entries = [(k, versioned.encode(ts, me, latest[k])) for k in keys]
+        await self._store(entries, self.replicas, self.q, "write")
+
+    async def _read_keys(self, keys: list[bytes]) -> list[bytes | None]:
+        """Linearizable read of several keys: query a majority, write back, decode."""
+        answers = await self.quorum(self._read_calls(keys, False), self.q, "read")
+        out: list[bytes | None] = []
+        write_back: list[tuple[bytes, bytes]] = []
+        for i, k in enumerate(keys):
+            best: bytes | None = None
+            for vals in answers.values():
+                enc = vals[i]
+                if enc is not None and (best is None or versioned.newer(enc, best)):
+                    best = enc
+            if best is None:
+                out.append(None)
+                continue
+            have = sum(1 for vals in answers.values() if vals[i] is not None and vals[i][1:13] == best[1:13])
+            if have < self.q:
+                write_back.append((k, best))
+            out.append(versioned.decode(best)[1])
+        if write_back:
+            self.stats["write_backs"] += len(write_back)
+            # Store at every replica; a majority must hold each value before we answer.
+            await self._store(write_back, self.replicas, self.q, "read write-back")
+        return out
+
+    async def get(self, key: bytes) -> bytes | None:
+        return (await self._read_keys([key]))[0]
+
+    # -- scans ----------------------------------------------------------------------------
+
+    async def _scan_from(self, node: str, lo: bytes | None, hi: bytes, reverse: bool) -> list[tuple[bytes, bytes]]:
+        if node == self.ctx.node_id:
+            if not self.readable:
+                raise UnavailableError("recovering")
+            return list(self.datalet.scan(lo, hi, reverse=reverse, limit=SCAN_PAGE))
+        resp = await self.ctx.peers.peer(node).VersionedScan(
+            pb.VersionedScanRequest(
+                shard=self.ctx.shard_id, start=lo or b"", end=hi, limit=SCAN_PAGE, reverse=reverse
+            ),
+            timeout=self.ctx.tuning.request_timeout,
+            metadata=self.ctx.peers.metadata,
+        )
+        return [(kv.key, kv.value) for kv in resp.pairs]
+
+    async def scan(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        lo, hi = start, user_end(end)
+        remaining = limit
+        while remaining is None or remaining > 0:
+            calls = {}
+            for node in self.replicas:
+                if node == self.ctx.node_id and not self.readable:
+                    continue
+
+                def call(node: str = node, lo: bytes | None = lo, hi: bytes = hi) -> Awaitable[list[tuple[bytes, bytes]]]:
+                    return self._scan_from(node, lo, hi, reverse)
+
+                calls[node] = call
+            pages = await self.quorum(calls, self.q, "scan")
+            full = [p for p in pages.values() if len(p) >= SCAN_PAGE]
+            bound: bytes | None = None
+            if full:
+                lasts = [p[-1][0] for p in full]
+                bound = max(lasts) if reverse else min(lasts)
+            merged: dict[bytes, list[bytes]] = {}
+            for p in pages.values():
+                for k, enc in p:
+                    if bound is not None and ((k < bound) if reverse else (k > bound)):
+                        continue
+                    merged.setdefault(k, []).append(enc)
+            keys = sorted(merged, reverse=reverse)
+            out: list[tuple[bytes, bytes]] = []
+            write_back: list[tuple[bytes, bytes]] = []
+            for k in keys:
+                encs = merged[k]
+                best = encs[0]
+                for enc in encs[1:]:
+                    if versioned.newer(enc, best):
+                        best = enc
+                have = sum(1 for e in encs if e[1:13] == best[1:13])
+                if have < self.q:
+                    write_back.append((k, best))
+                if best[0] == versioned.LIVE:
+                    out.append((k, best[versioned.HEADER :]))
+            if write_back:
+                self.stats["write_backs"] += len(write_back)
+                await self._store(write_back, self.replicas, self.q, "scan write-back")
+            if remaining is not None:
+                out = out[:remaining]
+                remaining -= len(out)
+            if out:
+                yield out
+            if bound is None:
+                return
+            if reverse:
+                hi = bound
+            else:
+                lo = bound + b"\x00"
+
+    def status(self) -> pb.ShardStatus:
+        st = super().status()
+        st.info["quorum"] = str(self.q)
+        st.info["write_backs"] = str(int(self.stats["write_backs"]))
+        return st

@@ -1,0 +1,287 @@
+"""Versioned registers: the part of the two active-active controlets they share.
+
+Every value is stored with its version (see ``bespokv/versioned.py``); a replica only ever
+replaces a value by one with a higher version (:meth:`VersionedControlet.store_if_newer`),
+so applying the same versioned writes in any order, any number of times, converges.
+Deletes are tombstones (versioned values without a value).
+
+Peer traffic is batched: concurrent operations of one node share one ``VersionedRead`` or
+``VersionedWrite`` RPC per peer (:class:`~bespokv.batcher.AutoBatcher`), and
+:meth:`quorum` waits for the first ``need`` answers, leaving the others to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from bespokv import versioned
+from bespokv.batcher import AutoBatcher
+from bespokv.controlets.base import Controlet, ShardContext, user_end
+from bespokv.datalets.base import RESERVED_PREFIX
+from bespokv.errors import DeadlineExceededError, Error, UnavailableError
+from bespokv.hashring import key_hash
+from bespokv.peers import rpc_error
+from bespokv.proto import bespokv_pb2 as pb
+
+__all__ = ["VersionedControlet", "QuorumError", "DIGEST_BUCKETS", "bucket_of"]
+
+T = TypeVar("T")
+
+#: Anti-entropy digest buckets per shard (frozen within a cluster: peers compare them).
+DIGEST_BUCKETS = 64
+
+
+def bucket_of(key: bytes) -> int:
+    return key_hash(key) % DIGEST_BUCKETS
+
+
+class QuorumError(UnavailableError):
+    """Fewer replicas answered than the quorum needs."""
+
+
+class VersionedControlet(Controlet):
+    """Shared machinery: store-if-newer, batched peer reads/writes, quorum waits."""
+
+    def __init__(self, ctx: ShardContext) -> None:
+        super().__init__(ctx)
+        self._readers: dict[tuple[str, bool], AutoBatcher[list[bytes], list[pb.VersionedValue]]] = {}
+        self._writers: dict[str, AutoBatcher[list[tuple[bytes, bytes]], int]] = {}
+        self.readable = True
+        self.stats: dict[str, float] = {"stored": 0, "stale_dropped": 0}
+
+    # -- local store ----------------------------------------------------------------------
+
+    def store_if_newer(self, entries: Sequence[tuple[bytes, bytes]]) -> int:
+        """Write each encoded value whose version beats the stored one, in one batch."""
+        if not entries:
+            return 0
+        # Keep the highest version per key within the batch.
+        best: dict[bytes, bytes] = {}
+        for k, enc in entries:
+            cur = best.get(k)
+            if cur is None or versioned.newer(enc, cur):
+                best[k] = enc
+        keys = list(best)
+        olds = self.datalet.multi_get(keys)
+        ops: list[tuple[bytes, bytes | None]] = []
+        changes: list[tuple[bytes, bytes | None, bytes]] = []
+        for k, old in zip(keys, olds):
+            enc = best[k]
+            if versioned.newer(enc, old) and self.accept(k, enc):
+                ops.append((k, enc))
+                changes.append((k, old, enc))
+        if ops:
+            self.datalet.write(ops)
+            self.on_stored(changes)
+        self.stats["stored"] += len(ops)
+        self.stats["stale_dropped"] += len(best) - len(ops)
+        return len(ops)
+
+    def accept(self, key: bytes, enc: bytes) -> bool:
+        """Whether a newer incoming value should be stored (LWW drops expired tombstones)."""
+        return True
+
+    def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
+        """Hook: ``(key, old_encoded, new_encoded)`` for every value replaced."""
+
+    @staticmethod
+    def live_pairs(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        out = []
+        for k, enc in raw:
+            if enc[0] == versioned.LIVE:
+                out.append((k, enc[versioned.HEADER :]))
+        return out
+
+    def get_local(self, key: bytes) -> bytes | None:
+        enc = self.datalet.get(key)
+        return None if enc is None else versioned.decode(enc)[1]
+
+    def scan_local(
+        self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
+    ) -> list[tuple[bytes, bytes]]:
+        out: list[tuple[bytes, bytes]] = []
+        for k, enc in self.datalet.scan(start, user_end(end), reverse=reverse):
+            if enc[0] == versioned.LIVE:
+                out.append((k, enc[versioned.HEADER :]))
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    # -- batched peer calls ---------------------------------------------------------------
+
+    def _reader(self, node: str, versions_only: bool) -> AutoBatcher[list[bytes], list[pb.VersionedValue]]:
+        b = self._readers.get((node, versions_only))
+        if b is None:
+
+            async def send(items: list[list[bytes]]) -> list[list[pb.VersionedValue]]:
+                keys = [k for item in items for k in item]
+                resp = await self.ctx.peers.peer(node).VersionedRead(
+                    pb.VersionedReadRequest(shard=self.ctx.shard_id, keys=keys, versions_only=versions_only),
+                    timeout=self.ctx.tuning.request_timeout,
+                    metadata=self.ctx.peers.metadata,
+                )
+                vals = list(resp.values)
+                out, i = [], 0
+                for item in items:
+                    out.append(vals[i : i + len(item)])
+                    i += len(item)
+                return out
+
+            b = self._readers[(node, versions_only)] = AutoBatcher(send, max_batch=256, max_inflight=2)
+        return b
+
+    def _writer(self, node: str) -> AutoBatcher[list[tuple[bytes, bytes]], int]:
+        b = self._writers.get(node)
+        if b is None:
+
+            async def send(items: list[list[tuple[bytes, bytes]]]) -> list[int]:
+                entries = [pb.KeyValue(key=k, value=v) for item in items for k, v in item]
+                resp = await self.ctx.peers.peer(node).VersionedWrite(
+                    pb.VersionedWriteRequest(shard=self.ctx.shard_id, entries=entries),
+                    timeout=self.ctx.tuning.request_timeout,
+                    metadata=self.ctx.peers.metadata,
+                )
+                return [resp.applied] * len(items)
+
+            b = self._writers[node] = AutoBatcher(send, max_batch=256, max_inflight=2)
+        return b
+
+    async def read_from(self, node: str, keys: list[bytes], versions_only: bool) -> list[bytes | None]:
+        """Encoded values of ``keys`` at ``node`` (None where absent)."""
+        if node == self.ctx.node_id:
+            if not self.readable:
+                raise UnavailableError(f"{node} is recovering")
+            return self.datalet.multi_get(keys)
+        try:
+            vals = await self._reader(node, versions_only).submit(keys)
+        except Exception as exc:  # noqa: BLE001 - mapped
+            raise rpc_error(exc, f"read from {node}") from exc
+        return [v.data if v.found else None for v in vals]
+
+    async def write_to(self, node: str, entries: list[tuple[bytes, bytes]]) -> None:
+        if node == self.ctx.node_id:
+            self.store_if_newer(entries)
+            return
+        try:
+            await self._writer(node).submit(entries)
+        except Exception as exc:  # noqa: BLE001 - mapped
+            raise rpc_error(exc, f"write to {node}") from exc
+
+    async def quorum(
+        self,
+        calls: dict[str, Callable[[], Awaitable[T]]],
+        need: int,
+        what: str,
+        *,
+        ambiguous: bool = False,
+    ) -> dict[str, T]:
+        """Run ``calls`` (one per node) and return the first ``need`` successes.
+
+        Raises :class:`QuorumError` (UNAVAILABLE) when too many fail, or
+        DEADLINE_EXCEEDED after ``request_timeout`` (only when ``ambiguous``: a write
+        phase that may have landed somewhere; a read phase says UNAVAILABLE).
+        """
+        results: dict[str, T] = {}
+        errors: dict[str, str] = {}
+        tasks: dict[asyncio.Future[T], str] = {}
+        for node, call in calls.items():
+            tasks[asyncio.ensure_future(call())] = node
+        pending = set(tasks)
+        deadline = time.monotonic() + self.ctx.tuning.request_timeout
+        try:
+            while len(results) < need:
+                if len(results) + len(pending) < need:
+                    raise QuorumError(
+                        f"shard {self.ctx.shard_id}: {what} reached {len(results)} of {need} replicas needed"
+                        f" ({'; '.join(f'{n}: {e}' for n, e in errors.items())})"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    msg = f"shard {self.ctx.shard_id}: {what} timed out with {len(results)} of {need} replicas"
+                    raise DeadlineExceededError(msg) if ambiguous else QuorumError(msg)
+                done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    node = tasks[t]
+                    exc = t.exception()
+                    if exc is None:
+                        results[node] = t.result()
+                    else:
+                        errors[node] = str(exc) if isinstance(exc, Error) else repr(exc)
+        finally:
+            for t in pending:  # let stragglers finish (they complete writes); mute errors
+                t.add_done_callback(_silence)
+        return results
+
+    # -- peer RPC handlers ----------------------------------------------------------------
+
+    async def on_versioned_read(self, request: pb.VersionedReadRequest) -> pb.VersionedReadResponse:
+        if not self.readable:
+            raise UnavailableError(f"{self.ctx.node_id} is recovering its replica of shard {self.ctx.shard_id}")
+        vals = self.datalet.multi_get(list(request.keys))
+        out = []
+        for v in vals:
+            if v is None:
+                out.append(pb.VersionedValue(found=False))
+            else:
+                out.append(pb.VersionedValue(found=True, data=v[: versioned.HEADER] if request.versions_only else v))
+        return pb.VersionedReadResponse(values=out)
+
+    async def on_versioned_write(self, request: pb.VersionedWriteRequest) -> pb.VersionedWriteResponse:
+        entries = [(e.key, e.value) for e in request.entries]
+        for k, enc in entries:
+            if k.startswith(RESERVED_PREFIX) or not k:
+                raise UnavailableError("versioned write with a reserved or empty key")
+            versioned.decode(enc)  # raises CorruptionError on a malformed value
+        self.observe(entries)
+        return pb.VersionedWriteResponse(applied=self.store_if_newer(entries))
+
+    def observe(self, entries: list[tuple[bytes, bytes]]) -> None:
+        """Hook: versions seen from peers (LWW advances its clock)."""
+
+    async def on_versioned_scan(self, request: pb.VersionedScanRequest) -> pb.VersionedScanResponse:
+        if not self.readable:
+            raise UnavailableError(f"{self.ctx.node_id} is recovering its replica of shard {self.ctx.shard_id}")
+        end = user_end(request.end or None)
+        pairs = self.datalet.scan(request.start or None, end, reverse=request.reverse, limit=request.limit or None)
+        return pb.VersionedScanResponse(pairs=[pb.KeyValue(key=k, value=v) for k, v in pairs])
+
+    async def on_export(self, request: pb.ExportRequest) -> AsyncIterator[pb.ExportChunk]:
+        buckets = set(request.buckets)
+        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+            pairs = [
+                pb.KeyValue(key=k, value=v)
+                for k, v in chunk
+                if not k.startswith(RESERVED_PREFIX) and (not buckets or bucket_of(k) in buckets)
+            ]
+            if pairs:
+                yield pb.ExportChunk(pairs=pairs)
+            await asyncio.sleep(0)
+
+    async def pull_export(self, node: str, buckets: Sequence[int] = ()) -> int:
+        """Merge ``node``'s replica (or some of its digest buckets) into ours."""
+        call = self.ctx.peers.peer(node).Export(
+            pb.ExportRequest(shard=self.ctx.shard_id, buckets=list(buckets)),
+            timeout=max(30.0, self.ctx.tuning.request_timeout),
+            metadata=self.ctx.peers.metadata,
+        )
+        n = 0
+        async for chunk in call:
+            entries = [(kv.key, kv.value) for kv in chunk.pairs]
+            self.observe(entries)
+            n += self.store_if_newer(entries)
+        return n
+
+    def close_batchers(self) -> None:
+        for b in list(self._readers.values()) + list(self._writers.values()):
+            b.close()
+
+    def extra_stats(self) -> dict[str, Any]:
+        return dict(self.stats)
+
+
+def _silence(t: asyncio.Future[Any]) -> None:
+    if not t.cancelled():
+        t.exception()

@@ -1,0 +1,579 @@
+"""A bespokv node: one process serving its shard replicas over gRPC (``grpc.aio``).
+
+The node builds one datalet and one controlet per shard replica it hosts (from the
+coordinator's shard map), and serves four services on one port: ``bespokv.v1.KV``
+(clients), ``bespokv.v1.Admin``, ``bespokv.v1.Peer`` (replication) and the standard
+``grpc.health.v1.Health``.
+
+Any node accepts any KV request: it validates it, finds the key's shard, and either runs
+it (it hosts the replica that must serve it) or forwards it to the node that must. A
+forwarded request carries a hop count; a node does not forward a request that has already
+been forwarded twice (FAILED_PRECONDITION), so disagreeing shard maps cannot loop.
+Forwarded single operations ride in batched ``Multi`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from bespokv.batcher import AutoBatcher
+from bespokv.config import ClusterConfig, Limits
+from bespokv.controlets import ShardContext, make_controlet
+from bespokv.controlets.base import Controlet
+from bespokv.coordinator import Coordinator, StaticCoordinator
+from bespokv.datalets import DataletFactory, make_datalet
+from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
+from bespokv.errors import (
+    Error,
+    InvalidArgumentError,
+    UnavailableError,
+    WrongShardError,
+    from_exception,
+    from_status,
+    status_code,
+)
+from bespokv.hlc import HybridClock
+from bespokv.merge import merge_chunks
+from bespokv.peers import PeerPool, rpc_error
+from bespokv.proto import bespokv_pb2 as pb
+from bespokv.routing import read_node, write_node
+from bespokv.security import TokenAuthInterceptor, server_credentials
+from bespokv.service import check_stream, generic_handler
+from bespokv.shardmap import ShardInfo, ShardMap, node_number
+
+__all__ = ["Node"]
+
+log = logging.getLogger(__name__)
+
+HOPS_HEADER = "x-bespokv-hops"
+MAX_HOPS = 2
+
+
+def _hops(context: grpc.aio.ServicerContext) -> int:
+    for k, v in context.invocation_metadata() or ():
+        if k == HOPS_HEADER:
+            try:
+                return int(v)
+            except ValueError:
+                return MAX_HOPS
+    return 0
+
+
+class Node:
+    """One node of a cluster. ``await start()``, serve, ``await stop()``."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        node_id: str,
+        *,
+        coordinator: Coordinator | None = None,
+        datalet_factory: DataletFactory | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.node_config = config.node(node_id)
+        self.coordinator = coordinator or StaticCoordinator(config)
+        self._datalet_factory = datalet_factory
+        self.limits: Limits = config.limits
+        self.clock = HybridClock()
+        self.controlets: dict[int, Controlet] = {}
+        self.datalets: dict[int, Datalet] = {}
+        self.counters: Counter[str] = Counter()
+        self.started = time.monotonic()
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.health = health.aio.HealthServicer()
+        self._forwarders: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
+        self._stopping = False
+        self.peers: PeerPool
+
+    @property
+    def shard_map(self) -> ShardMap:
+        return self.coordinator.shard_map()
+
+    @property
+    def address(self) -> str:
+        host = self.node_config.address.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _make_datalet(self, shard: int) -> Datalet:
+        if self._datalet_factory is not None:
+            from bespokv.datalets.base import ensure_datalet
+
+            return ensure_datalet(self._datalet_factory(self.node_id, shard))
+        spec = self.config.datalet_for(self.node_id)
+        return make_datalet(spec, node=self.node_id, shard=shard, base_dir=self.config.base_dir)
+
+    async def start(self) -> None:
+        await self.coordinator.start()
+        smap = self.shard_map
+        self.peers = PeerPool(smap, token=self.config.token, tls=self.config.tls, limits=self.limits)
+        for info in smap.shards_of(self.node_id):
+            datalet = self._make_datalet(info.id)
+            self.datalets[info.id] = datalet
+            ctx = ShardContext(
+                node_id=self.node_id,
+                node_number=node_number(self.node_id),
+                shard=info,
+                datalet=datalet,
+                peers=self.peers,
+                clock=self.clock,
+                tuning=self.config.tuning,
+                limits=self.limits,
+                epoch=smap.epoch,
+            )
+            self.controlets[info.id] = make_controlet(ctx)
+
+        interceptors = [TokenAuthInterceptor(self.config.token)] if self.config.token else []
+        opts = [
+            ("grpc.max_receive_message_length", self.limits.max_request_bytes),
+            ("grpc.max_send_message_length", self.limits.max_request_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(interceptors=interceptors, options=opts)
+        server.add_generic_rpc_handlers(
+            (
+                generic_handler("KV", _KV(self)),
+                generic_handler("Admin", _Admin(self)),
+                generic_handler("Peer", _Peer(self)),
+            )
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        addr = self.node_config.address
+        if self.config.tls is not None:
+            self.port = server.add_secure_port(addr, server_credentials(self.config.tls))
+        else:
+            self.port = server.add_insecure_port(addr)
+        if self.port == 0:
+            raise UnavailableError(f"cannot bind {addr}")
+        await server.start()
+        self.server = server
+        for c in self.controlets.values():
+            await c.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        for svc in ("bespokv.v1.KV", "bespokv.v1.Admin", "bespokv.v1.Peer"):
+            await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
+        log.info("node %s serving %d shard replicas on %s", self.node_id, len(self.controlets), self.address)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        try:
+            await self.health.enter_graceful_shutdown()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        for c in self.controlets.values():
+            try:
+                await c.stop()
+            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+                log.warning("stopping controlet of shard %s: %r", c.ctx.shard_id, exc)
+        if self.server is not None:
+            await self.server.stop(grace)
+        for b in self._forwarders.values():
+            b.close()
+        await self.peers.close()
+        for d in self.datalets.values():
+            try:
+                d.close()
+            except Exception as exc:  # noqa: BLE001 - best effort
+                log.warning("closing datalet: %r", exc)
+        await self.coordinator.stop()
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until every local replica reports ready (recovered / caught up)."""
+        deadline = time.monotonic() + timeout
+        while not all(c.ready() for c in self.controlets.values()):
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"node {self.node_id} not ready after {timeout}s")
+            await asyncio.sleep(0.02)
+
+    # -- validation and routing ---------------------------------------------------------------
+
+    def check_key(self, key: bytes) -> None:
+        if not key:
+            raise InvalidArgumentError("key is empty (a key is required)")
+        if len(key) > self.limits.max_key_bytes:
+            raise InvalidArgumentError(f"key of {len(key)} bytes exceeds max_key_bytes={self.limits.max_key_bytes}")
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidArgumentError("keys starting with 0xFFFF are reserved for bespokv metadata")
+
+    def check_value(self, value: bytes) -> None:
+        if len(value) > self.limits.max_value_bytes:
+            raise InvalidArgumentError(
+                f"value of {len(value)} bytes exceeds max_value_bytes={self.limits.max_value_bytes}"
+            )
+
+    def shard_of(self, key: bytes, shard: int | None) -> ShardInfo:
+        smap = self.shard_map
+        sid = smap.shard_for(key)
+        if shard is not None:
+            smap.shard(shard)  # UnknownShardError
+            if shard != sid:
+                raise WrongShardError(f"key belongs to shard {sid}, not {shard} (shard map epoch {smap.epoch})")
+        return smap.shard(sid)
+
+    def _write_target(self, info: ShardInfo) -> str:
+        c = self.controlets.get(info.id)
+        return c.write_target() if c is not None else write_node(info)
+
+    def _read_target(self, info: ShardInfo) -> str:
+        c = self.controlets.get(info.id)
+        return c.read_target() if c is not None else read_node(info)
+
+    def _local(self, info: ShardInfo, what: str) -> Controlet:
+        c = self.controlets.get(info.id)
+        if c is None:
+            raise WrongShardError(f"node {self.node_id} has no replica of shard {info.id} ({what})")
+        return c
+
+    def _forwarder(self, node: str, hops: int) -> AutoBatcher[pb.Op, pb.OpResult]:
+        key = f"{node}/{hops}"
+        b = self._forwarders.get(key)
+        if b is None:
+            md = tuple(self.peers.metadata or ()) + ((HOPS_HEADER, str(hops + 1)),)
+
+            async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
+                resp = await self.peers.kv(node).Multi(
+                    pb.MultiRequest(ops=ops), timeout=self.config.tuning.request_timeout * 2, metadata=md
+                )
+                return list(resp.results)
+
+            b = self._forwarders[key] = AutoBatcher(send, max_batch=512, max_inflight=4)
+        return b
+
+    async def _forward(self, node: str, op: pb.Op, hops: int) -> pb.OpResult:
+        if hops >= MAX_HOPS:
+            raise WrongShardError(f"request forwarded {hops} times and still not at its node; shard maps disagree")
+        self.counters["forwarded"] += 1
+        try:
+            res = await self._forwarder(node, hops).submit(op)
+        except Exception as exc:  # noqa: BLE001 - mapped
+            raise rpc_error(exc, f"forwarding to {node}") from exc
+        if res.status.code:
+            raise from_status(status_code(res.status.code), res.status.message)
+        return res
+
+    # -- operations (shared by the unary RPCs and Multi) ----------------------------------------
+
+    async def do_get(self, req: pb.GetRequest, hops: int) -> pb.GetResponse:
+        self.check_key(req.key)
+        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
+        if req.local:
+            v = self._local(info, "local read").get_local(req.key)
+        else:
+            target = self._read_target(info)
+            if target != self.node_id:
+                fwd = pb.GetRequest(key=req.key, shard=info.id)
+                return (await self._forward(target, pb.Op(get=fwd), hops)).get
+            v = await self._local(info, "read").get(req.key)
+        self.counters["get"] += 1
+        return pb.GetResponse(found=v is not None, value=v or b"")
+
+    async def _write(self, info: ShardInfo, ops: list[Op], op: pb.Op, hops: int) -> None:
+        target = self._write_target(info)
+        if target != self.node_id:
+            await self._forward(target, op, hops)
+            return
+        await self._local(info, "write").write(ops)
+
+    async def do_put(self, req: pb.PutRequest, hops: int) -> pb.PutResponse:
+        self.check_key(req.key)
+        self.check_value(req.value)
+        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
+        await self._write(info, [(req.key, req.value)], pb.Op(put=pb.PutRequest(key=req.key, value=req.value, shard=info.id)), hops)
+        self.counters["put"] += 1
+        return pb.PutResponse()
+
+    async def do_delete(self, req: pb.DeleteRequest, hops: int) -> pb.DeleteResponse:
+        self.check_key(req.key)
+        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
+        await self._write(info, [(req.key, None)], pb.Op(delete=pb.DeleteRequest(key=req.key, shard=info.id)), hops)
+        self.counters["delete"] += 1
+        return pb.DeleteResponse()
+
+    async def do_batch(self, req: pb.BatchRequest, hops: int) -> pb.BatchResponse:
+        muts = req.mutations
+        if not muts:
+            return pb.BatchResponse()
+        if len(muts) > self.limits.max_batch_ops:
+            raise InvalidArgumentError(f"batch of {len(muts)} ops exceeds max_batch_ops={self.limits.max_batch_ops}")
+        shard = req.shard if req.HasField("shard") else None
+        ops: list[Op] = []
+        sid: int | None = None
+        smap = self.shard_map
+        for m in muts:
+            self.check_key(m.key)
+            if not m.delete:
+                self.check_value(m.value)
+            s = smap.shard_for(m.key)
+            if sid is None:
+                sid = s
+            elif s != sid:
+                raise InvalidArgumentError(
+                    f"batch spans shards {sid} and {s}; an atomic batch must stay in one shard "
+                    "(the client library splits batches per shard)"
+                )
+            ops.append((m.key, None if m.delete else m.value))
+        info = self.shard_of(muts[0].key, shard)
+        fwd = pb.BatchRequest(mutations=muts, shard=info.id)
+        await self._write(info, ops, pb.Op(batch=fwd), hops)
+        self.counters["batch"] += 1
+        self.counters["batch_ops"] += len(ops)
+        return pb.BatchResponse()
+
+    async def do_cas(self, req: pb.CasRequest, hops: int) -> pb.CasResponse:
+        self.check_key(req.key)
+        if req.HasField("value"):
+            self.check_value(req.value)
+        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
+        target = self._write_target(info)
+        if target != self.node_id:
+            fwd = pb.CasRequest()
+            fwd.CopyFrom(req)
+            fwd.shard = info.id
+            return (await self._forward(target, pb.Op(cas=fwd), hops)).cas
+        expected = req.expected if req.HasField("expected") else None
+        value = req.value if req.HasField("value") else None
+        ok, cur = await self._local(info, "compare-and-set").cas(req.key, expected, value)
+        self.counters["cas"] += 1
+        return pb.CasResponse(succeeded=ok, found=cur is not None, current=cur or b"")
+
+    async def do_op(self, op: pb.Op, hops: int) -> pb.OpResult:
+        kind = op.WhichOneof("op")
+        try:
+            if kind == "get":
+                return pb.OpResult(status=pb.OpStatus(code=0), get=await self.do_get(op.get, hops))
+            if kind == "put":
+                await self.do_put(op.put, hops)
+            elif kind == "delete":
+                await self.do_delete(op.delete, hops)
+            elif kind == "batch":
+                await self.do_batch(op.batch, hops)
+            elif kind == "cas":
+                return pb.OpResult(status=pb.OpStatus(code=0), cas=await self.do_cas(op.cas, hops))
+            else:
+                raise InvalidArgumentError("empty operation in a Multi request")
+            return pb.OpResult(status=pb.OpStatus(code=0))
+        except Exception as exc:  # noqa: BLE001 - reported per op
+            err = from_exception(exc)
+            self.counters[f"error.{err.code.name}"] += 1
+            return pb.OpResult(status=pb.OpStatus(code=err.code.value[0], message=str(err)))
+
+    async def do_multi(self, req: pb.MultiRequest, hops: int) -> pb.MultiResponse:
+        if len(req.ops) > self.limits.max_batch_ops:
+            raise InvalidArgumentError(f"{len(req.ops)} ops exceed max_batch_ops={self.limits.max_batch_ops}")
+        self.counters["multi"] += 1
+        results = await asyncio.gather(*(self.do_op(op, hops) for op in req.ops))
+        return pb.MultiResponse(results=results)
+
+    # -- scans --------------------------------------------------------------------------------
+
+    async def _shard_scan(
+        self, info: ShardInfo, req: pb.ScanRequest, hops: int
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        start = req.start or None
+        end = req.end or None
+        limit = req.limit or None
+        if req.local:
+            yield self._local(info, "local scan").scan_local(start, end, reverse=req.reverse, limit=limit)
+            return
+        target = self._read_target(info)
+        if target == self.node_id:
+            async for chunk in self._local(info, "scan").scan(start, end, reverse=req.reverse, limit=limit):
+                yield chunk
+            return
+        if hops >= MAX_HOPS:
+            raise WrongShardError("scan forwarded too many times; shard maps disagree")
+        md = tuple(self.peers.metadata or ()) + ((HOPS_HEADER, str(hops + 1)),)
+        fwd = pb.ScanRequest()
+        fwd.CopyFrom(req)
+        fwd.shard = info.id
+        try:
+            async for resp in self.peers.kv(target).Scan(fwd, metadata=md, timeout=300):
+                yield [(kv.key, kv.value) for kv in resp.pairs]
+        except grpc.aio.AioRpcError as exc:
+            raise rpc_error(exc, f"scan at {target}") from exc
+
+    async def do_scan(self, req: pb.ScanRequest, hops: int) -> AsyncIterator[pb.ScanResponse]:
+        if len(req.start) > self.limits.max_key_bytes or len(req.end) > self.limits.max_key_bytes:
+            raise InvalidArgumentError("scan bounds exceed max_key_bytes")
+        self.counters["scan"] += 1
+        smap = self.shard_map
+        if req.HasField("shard"):
+            sources = [self._shard_scan(smap.shard(req.shard), req, hops)]
+        else:
+            sources = [self._shard_scan(info, req, hops) for info in smap.shards.values()]
+        limit = req.limit or None
+        sent = 0
+        async for chunk in merge_chunks(sources, reverse=req.reverse):
+            if limit is not None and sent + len(chunk) > limit:
+                chunk = chunk[: limit - sent]
+            if chunk:
+                sent += len(chunk)
+                yield pb.ScanResponse(pairs=[pb.KeyValue(key=k, value=v) for k, v in chunk])
+            if limit is not None and sent >= limit:
+                return
+
+    # -- admin --------------------------------------------------------------------------------
+
+    def shard_map_proto(self) -> pb.ShardMapResponse:
+        smap = self.shard_map
+        return pb.ShardMapResponse(
+            epoch=smap.epoch,
+            cluster=smap.cluster,
+            vnodes=smap.vnodes,
+            nodes=[pb.NodeEntry(id=n.id, address=n.address) for n in smap.nodes.values()],
+            shards=[pb.ShardEntry(id=s.id, mode=s.mode, replicas=list(s.replicas)) for s in smap.shards.values()],
+        )
+
+    def node_status(self) -> pb.NodeStatus:
+        kinds = sorted({getattr(d, "kind", type(d).__name__) for d in self.datalets.values()})
+        st = pb.NodeStatus(
+            id=self.node_id,
+            address=self.address,
+            up=True,
+            uptime_s=time.monotonic() - self.started,
+            pid=os.getpid(),
+            datalet=",".join(kinds),
+        )
+        for k, v in self.counters.items():
+            st.counters[k] = float(v)
+        for sid, c in sorted(self.controlets.items()):
+            s = c.status()
+            for k, v in c.extra_stats().items():
+                st.counters[f"shard{sid}.{k}"] = float(v)
+            try:
+                for k, v in self.datalets[sid].stats().items():
+                    st.counters[f"shard{sid}.datalet.{k}"] = float(v)
+            except Exception:  # noqa: BLE001 - stats are best effort
+                pass
+            st.shards.append(s)
+        return st
+
+    async def cluster_status(self) -> pb.ClusterStatusResponse:
+        smap = self.shard_map
+
+        async def one(node_id: str) -> pb.NodeStatus:
+            if node_id == self.node_id:
+                return self.node_status()
+            try:
+                return await self.peers.admin(node_id).NodeStats(
+                    pb.NodeStatsRequest(), timeout=1.5, metadata=self.peers.metadata
+                )
+            except grpc.aio.AioRpcError as exc:
+                return pb.NodeStatus(
+                    id=node_id, address=smap.address(node_id), up=False, error=f"{exc.code().name}: {exc.details()}"
+                )
+
+        nodes = await asyncio.gather(*(one(n) for n in smap.nodes))
+        return pb.ClusterStatusResponse(cluster=smap.cluster, epoch=smap.epoch, nodes=nodes)
+
+    def controlet(self, shard: int) -> Controlet:
+        self.shard_map.shard(shard)  # UnknownShardError for a shard that does not exist
+        c = self.controlets.get(shard)
+        if c is None:
+            raise WrongShardError(f"node {self.node_id} has no replica of shard {shard}")
+        return c
+
+
+# -- servicers ----------------------------------------------------------------------------------
+
+
+class _KV:
+    def __init__(self, node: Node) -> None:
+        self.n = node
+
+    async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
+        return await self.n.do_get(request, _hops(context))
+
+    async def Put(self, request: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
+        return await self.n.do_put(request, _hops(context))
+
+    async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
+        return await self.n.do_delete(request, _hops(context))
+
+    async def Batch(self, request: pb.BatchRequest, context: grpc.aio.ServicerContext) -> pb.BatchResponse:
+        return await self.n.do_batch(request, _hops(context))
+
+    async def Multi(self, request: pb.MultiRequest, context: grpc.aio.ServicerContext) -> pb.MultiResponse:
+        return await self.n.do_multi(request, _hops(context))
+
+    async def CompareAndSet(self, request: pb.CasRequest, context: grpc.aio.ServicerContext) -> pb.CasResponse:
+        return await self.n.do_cas(request, _hops(context))
+
+    async def Scan(self, request: pb.ScanRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ScanResponse]:
+        async for resp in self.n.do_scan(request, _hops(context)):
+            yield resp
+
+
+class _Admin:
+    def __init__(self, node: Node) -> None:
+        self.n = node
+
+    async def ShardMap(self, request: pb.ShardMapRequest, context: grpc.aio.ServicerContext) -> pb.ShardMapResponse:
+        return self.n.shard_map_proto()
+
+    async def NodeStats(self, request: pb.NodeStatsRequest, context: grpc.aio.ServicerContext) -> pb.NodeStatus:
+        return self.n.node_status()
+
+    async def ClusterStatus(
+        self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClusterStatusResponse:
+        return await self.n.cluster_status()
+
+
+class _Peer:
+    def __init__(self, node: Node) -> None:
+        self.n = node
+
+    async def Replicate(self, request_iterator: AsyncIterator[pb.ReplMessage], context: grpc.aio.ServicerContext) -> None:
+        it = check_stream(request_iterator)
+        first = await it.__anext__()
+
+        async def chained() -> AsyncIterator[pb.ReplMessage]:
+            yield first
+            async for m in it:
+                yield m
+
+        await self.n.controlet(first.shard).on_replicate(chained(), context)
+
+    async def Position(self, request: pb.PositionRequest, context: grpc.aio.ServicerContext) -> pb.PositionResponse:
+        return self.n.controlet(request.shard).on_position()
+
+    async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReplMessage]:
+        async for m in self.n.controlet(request.shard).on_pull(request):
+            yield m
+
+    async def VersionedRead(
+        self, request: pb.VersionedReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VersionedReadResponse:
+        return await self.n.controlet(request.shard).on_versioned_read(request)
+
+    async def VersionedWrite(
+        self, request: pb.VersionedWriteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VersionedWriteResponse:
+        return await self.n.controlet(request.shard).on_versioned_write(request)
+
+    async def VersionedScan(
+        self, request: pb.VersionedScanRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VersionedScanResponse:
+        return await self.n.controlet(request.shard).on_versioned_scan(request)
+
+    async def Digest(self, request: pb.DigestRequest, context: grpc.aio.ServicerContext) -> pb.DigestResponse:
+        return await self.n.controlet(request.shard).on_digest(request)
+
+    async def Export(self, request: pb.ExportRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExportChunk]:
+        async for chunk in self.n.controlet(request.shard).on_export(request):
+            yield chunk

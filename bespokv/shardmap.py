@@ -1,0 +1,151 @@
+"""The shard map: which shard a key is in, and which nodes replicate each shard.
+
+A :class:`ShardMap` is an immutable value handed out by the coordinator (see
+``coordinator.py``); a new epoch replaces it whole. Clients fetch it from any node
+(``Admin.ShardMap``) and route with the same code the nodes use, so both always agree
+for a given epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import xxhash
+
+from bespokv.errors import InvalidArgumentError, UnknownShardError
+from bespokv.hashring import HashRing
+
+if TYPE_CHECKING:
+    from bespokv.config import ClusterConfig
+
+__all__ = ["NodeInfo", "ShardInfo", "ShardMap", "node_number"]
+
+
+def node_number(node_id: str) -> int:
+    """A node's 32-bit number, the tie-breaker inside versions (aa modes). Frozen encoding."""
+    return xxhash.xxh32_intdigest(node_id.encode())
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    address: str
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard: its controlet mode and its replicas in order (head/master first)."""
+
+    id: int
+    mode: str
+    replicas: tuple[str, ...]
+
+    @property
+    def head(self) -> str:
+        return self.replicas[0]
+
+    @property
+    def tail(self) -> str:
+        return self.replicas[-1]
+
+    def successor(self, node_id: str) -> str | None:
+        i = self.replicas.index(node_id)
+        return self.replicas[i + 1] if i + 1 < len(self.replicas) else None
+
+    def predecessor(self, node_id: str) -> str | None:
+        i = self.replicas.index(node_id)
+        return self.replicas[i - 1] if i > 0 else None
+
+    @property
+    def quorum(self) -> int:
+        return len(self.replicas) // 2 + 1
+
+
+class ShardMap:
+    """Keys -> shards (a ring of shard vnodes) and shards -> ordered replica sets."""
+
+    def __init__(
+        self,
+        shards: dict[int, ShardInfo],
+        nodes: dict[str, NodeInfo],
+        *,
+        vnodes: int = 64,
+        epoch: int = 1,
+        cluster: str = "bespokv",
+    ) -> None:
+        if not shards:
+            raise InvalidArgumentError("a shard map needs at least one shard")
+        numbers: dict[int, str] = {}
+        for nid in nodes:
+            n = node_number(nid)
+            if n in numbers:
+                raise InvalidArgumentError(f"node ids {numbers[n]!r} and {nid!r} hash alike; rename one")
+            numbers[n] = nid
+        for s in shards.values():
+            for r in s.replicas:
+                if r not in nodes:
+                    raise InvalidArgumentError(f"shard {s.id} names unknown node {r!r}")
+        self.shards = dict(sorted(shards.items()))
+        self.nodes = dict(nodes)
+        self.vnodes = vnodes
+        self.epoch = epoch
+        self.cluster = cluster
+        ids = list(self.shards)
+        self._ring: HashRing[int] = HashRing(ids, vnodes, names=[b"shard:%d" % i for i in ids])
+
+    @classmethod
+    def from_config(cls, cfg: ClusterConfig, epoch: int = 1) -> ShardMap:
+        nodes = {n.id: NodeInfo(n.id, n.address) for n in cfg.nodes}
+        node_ring: HashRing[str] = HashRing(list(nodes), cfg.vnodes, names=[n.encode() for n in nodes])
+        overrides = {o.id: o for o in cfg.shard_overrides}
+        shards: dict[int, ShardInfo] = {}
+        for sid in range(cfg.shards):
+            o = overrides.get(sid)
+            mode = cfg.mode
+            replicas = tuple(node_ring.preference_list(b"shard:%d" % sid, cfg.replicas))
+            if o is not None:
+                if o.mode:
+                    from bespokv.config import normalize_mode
+
+                    mode = normalize_mode(o.mode)
+                if o.replicas is not None:
+                    replicas = o.replicas
+            shards[sid] = ShardInfo(sid, mode, replicas)
+        return cls(shards, nodes, vnodes=cfg.vnodes, epoch=epoch, cluster=cfg.name)
+
+    def shard_for(self, key: bytes) -> int:
+        """The id of the shard that owns ``key``."""
+        return self._ring.lookup(key)
+
+    def shard(self, shard_id: int) -> ShardInfo:
+        try:
+            return self.shards[shard_id]
+        except KeyError:
+            raise UnknownShardError(
+                f"unknown shard {shard_id} (this cluster has shards {min(self.shards)}..{max(self.shards)})"
+            ) from None
+
+    def shard_of_key(self, key: bytes) -> ShardInfo:
+        return self.shards[self._ring.lookup(key)]
+
+    def shards_of(self, node_id: str) -> list[ShardInfo]:
+        return [s for s in self.shards.values() if node_id in s.replicas]
+
+    def address(self, node_id: str) -> str:
+        try:
+            return self.nodes[node_id].address
+        except KeyError:
+            raise UnknownShardError(f"unknown node {node_id!r}") from None
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ShardMap)
+            and self.shards == other.shards
+            and self.nodes == other.nodes
+            and self.vnodes == other.vnodes
+            and self.epoch == other.epoch
+        )
+
+    def __repr__(self) -> str:
+        return f"ShardMap(epoch={self.epoch}, shards={len(self.shards)}, nodes={list(self.nodes)})"

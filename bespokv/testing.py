@@ -1,0 +1,493 @@
+"""Start local bespokv clusters: for tests, benchmarks and demos.
+
+Three helpers, all on 127.0.0.1 with free ports:
+
+* :class:`LocalCluster` - every node its own process (``python -m bespokv node``), as in
+  production; kill -9 and restart nodes by process id. The benchmark runner uses this.
+* :class:`InProcessCluster` - every node a :class:`~bespokv.server.Node` on the caller's
+  event loop (real gRPC over loopback, no processes): fast, for controlet tests.
+* :class:`ThreadedCluster` - an InProcessCluster on a private loop thread with a sync API.
+
+::
+
+    from bespokv.testing import LocalCluster
+    with LocalCluster(nodes=3, replicas=3, mode="ms-sc", datalet="memory") as cluster:
+        with cluster.client() as c:        # a bespokv.Client
+            c.put(b"k", b"v")
+
+:class:`RedisServer` starts a private ``redis-server`` (Debian's package) for the Redis
+datalet; :func:`redis_available` says whether one can be started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from bespokv.client import AsyncClient, Client
+from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, ShardOverride, Tuning
+from bespokv.datalets import DataletFactory
+
+__all__ = [
+    "free_port",
+    "make_config",
+    "LocalCluster",
+    "InProcessCluster",
+    "ThreadedCluster",
+    "RedisServer",
+    "redis_available",
+]
+
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_config(
+    nodes: int = 3,
+    *,
+    replicas: int | None = None,
+    shards: int | None = None,
+    mode: str = "ms-sc",
+    datalet: str | DataletSpec = "memory",
+    base_dir: str | None = None,
+    token: str | None = None,
+    tuning: Tuning | None = None,
+    limits: Limits | None = None,
+    shard_overrides: Sequence[ShardOverride] = (),
+    node_datalets: dict[str, DataletSpec] | None = None,
+    ports: Sequence[int] | None = None,
+    **extra: Any,
+) -> ClusterConfig:
+    """A loopback cluster config with ``nodes`` nodes named n1..nN on free ports."""
+    ports = list(ports) if ports is not None else [free_port() for _ in range(nodes)]
+    spec = DataletSpec(datalet) if isinstance(datalet, str) else datalet
+    node_datalets = node_datalets or {}
+    ncfg = tuple(
+        NodeConfig(f"n{i + 1}", f"127.0.0.1:{ports[i]}", node_datalets.get(f"n{i + 1}")) for i in range(nodes)
+    )
+    return ClusterConfig(
+        nodes=ncfg,
+        mode=mode,
+        shards=shards if shards is not None else max(1, nodes),
+        replicas=replicas if replicas is not None else min(3, nodes),
+        datalet=spec,
+        token=token,
+        tuning=tuning or Tuning(),
+        limits=limits or Limits(),
+        shard_overrides=tuple(shard_overrides),
+        base_dir=base_dir or tempfile.gettempdir(),
+        **extra,
+    )
+
+
+# -- Redis ------------------------------------------------------------------------------------
+
+
+def redis_available() -> bool:
+    """True when a ``redis-server`` binary is on PATH."""
+    return shutil.which("redis-server") is not None
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port, with its files in a temp dir."""
+
+    def __init__(self, dir: str | None = None, port: int | None = None, *, detach: bool = False) -> None:
+        self.detach = detach
+        self.dir = dir or tempfile.mkdtemp(prefix="bespokv-redis-")
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        os.makedirs(self.dir, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
+             "--appendonly", "no", "--protected-mode", "yes", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=self.detach,
+        )
+        import redis
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                return self
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# -- multi-process ----------------------------------------------------------------------------
+
+
+class LocalCluster:
+    """A cluster of node processes on loopback. Stops everything it started on exit.
+
+    ``datalet="redis"`` starts one private redis-server per node. Node logs go to
+    ``<dir>/logs/<node>.log``; the config is ``<dir>/cluster.toml``.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        *,
+        replicas: int | None = None,
+        shards: int | None = None,
+        mode: str = "ms-sc",
+        datalet: str | DataletSpec = "memory",
+        dir: str | None = None,
+        token: str | None = None,
+        tuning: Tuning | None = None,
+        config: ClusterConfig | None = None,
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+        ports: Sequence[int] | None = None,
+        detach: bool = False,
+    ) -> None:
+        self._own_dir = dir is None
+        self.dir = dir or tempfile.mkdtemp(prefix="bespokv-cluster-")
+        os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+        self.redis: dict[str, RedisServer] = {}
+        kind = datalet.kind if isinstance(datalet, DataletSpec) else datalet
+        if config is None:
+            node_datalets: dict[str, DataletSpec] = {}
+            if kind == "redis":
+                for i in range(nodes):
+                    nid = f"n{i + 1}"
+                    self.redis[nid] = RedisServer(os.path.join(self.dir, "redis", nid), detach=detach)
+                    node_datalets[nid] = DataletSpec("redis", {"url": self.redis[nid].url})
+            config = make_config(
+                nodes, replicas=replicas, shards=shards, mode=mode, datalet=datalet, base_dir=self.dir,
+                token=token, tuning=tuning, node_datalets=node_datalets, ports=ports,
+            )
+        self.config = config.replace(base_dir=self.dir)
+        self.config_path = os.path.join(self.dir, "cluster.toml")
+        self.config.write(self.config_path)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.detach = detach
+        self.python = python
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = REPO_ROOT + os.pathsep + self.env.get("PYTHONPATH", "")
+        self.env.update(env or {})
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [n.id for n in self.config.nodes]
+
+    @property
+    def addresses(self) -> list[str]:
+        return [n.address for n in self.config.nodes]
+
+    def address(self, node_id: str) -> str:
+        return self.config.node(node_id).address
+
+    def start(self, *, wait: bool = True, timeout: float = 60.0) -> LocalCluster:
+        for r in self.redis.values():
+            r.start()
+        for nid in self.node_ids:
+            self.start_node(nid)
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def start_node(self, node_id: str) -> subprocess.Popen[bytes]:
+        p = self.procs.get(node_id)
+        if p is not None and p.poll() is None:
+            raise RuntimeError(f"node {node_id} is already running (pid {p.pid})")
+        log = open(os.path.join(self.dir, "logs", f"{node_id}.log"), "ab")
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-m", "bespokv", "node", "--config", self.config_path, "--node", node_id],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.dir,
+                start_new_session=self.detach,
+            )
+        finally:
+            log.close()
+        self.procs[node_id] = proc
+        return proc
+
+    def all_pids(self) -> list[int]:
+        """Process ids of running nodes and private redis-servers."""
+        pids = [p.pid for p in self.procs.values() if p.poll() is None]
+        pids += [r.proc.pid for r in self.redis.values() if r.proc is not None and r.proc.poll() is None]
+        return pids
+
+    def pid(self, node_id: str) -> int:
+        return self.procs[node_id].pid
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to the node's process and reap it."""
+        p = self.procs[node_id]
+        if p.poll() is None:
+            os.kill(p.pid, sig)
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(5)
+
+    def stop_node(self, node_id: str) -> int | None:
+        """SIGTERM the node and wait for a clean exit; returns its exit code."""
+        self.kill(node_id, signal.SIGTERM)
+        return self.procs[node_id].returncode
+
+    def restart(self, node_id: str) -> None:
+        p = self.procs.get(node_id)
+        if p is not None and p.poll() is None:
+            self.stop_node(node_id)
+        self.start_node(node_id)
+
+    def wait_ready(self, timeout: float = 60.0, nodes: Sequence[str] | None = None) -> None:
+        """Wait until the given (default: all) nodes answer and all their shards are ready."""
+        want = set(nodes or self.node_ids)
+        deadline = time.monotonic() + timeout
+        last = ""
+        client: Client | None = None
+        try:
+            while True:
+                for nid, p in self.procs.items():
+                    if nid in want and p.poll() is not None:
+                        raise RuntimeError(f"node {nid} exited with {p.returncode}; see {self.log_path(nid)}")
+                try:
+                    if client is None:
+                        client = self.client(retries=0, timeout=2.0)
+                    st = client.cluster_status()
+                    bad = [
+                        f"{n.id}:{'down' if not n.up else ','.join(str(s.shard) for s in n.shards if not s.ready)}"
+                        for n in st.nodes
+                        if n.id in want and (not n.up or not all(s.ready for s in n.shards))
+                    ]
+                    if not bad:
+                        return
+                    last = "not ready: " + " ".join(bad)
+                except Exception as exc:  # noqa: BLE001 - not up yet
+                    last = str(exc)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cluster not ready after {timeout}s: {last}")
+                time.sleep(0.1)
+        finally:
+            if client is not None:
+                client.close()
+
+    def log_path(self, node_id: str) -> str:
+        return os.path.join(self.dir, "logs", f"{node_id}.log")
+
+    def client(self, **kwargs: Any) -> Client:
+        """A sync client (seeds: every node). Close it when done."""
+        kwargs.setdefault("token", self.config.token)
+        kwargs.setdefault("tls", self.config.tls)
+        return Client(self.addresses, **kwargs)
+
+    def async_client(self, **kwargs: Any) -> AsyncClient:
+        kwargs.setdefault("token", self.config.token)
+        kwargs.setdefault("tls", self.config.tls)
+        return AsyncClient(self.addresses, **kwargs)
+
+    def stop(self) -> None:
+        for nid, p in self.procs.items():
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+                p.wait(5)
+        for r in self.redis.values():
+            r.stop()
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+# -- in-process -------------------------------------------------------------------------------
+
+
+class InProcessCluster:
+    """Nodes as objects on the current event loop (``async with``)."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        *,
+        datalet_factory: DataletFactory | None = None,
+    ) -> None:
+        self.config = config
+        self.datalet_factory = datalet_factory
+        from bespokv.server import Node
+
+        self._node_cls = Node
+        self.nodes: dict[str, Any] = {}
+
+    async def start(self, *, ready_timeout: float = 30.0) -> InProcessCluster:
+        for n in self.config.nodes:
+            await self.start_node(n.id)
+        await self.wait_ready(ready_timeout)
+        return self
+
+    async def start_node(self, node_id: str) -> Any:
+        node = self._node_cls(self.config, node_id, datalet_factory=self.datalet_factory)
+        await node.start()
+        self.nodes[node_id] = node
+        return node
+
+    async def stop_node(self, node_id: str, grace: float = 0.0) -> None:
+        node = self.nodes.pop(node_id, None)
+        if node is not None:
+            await node.stop(grace)
+
+    async def restart_node(self, node_id: str) -> Any:
+        await self.stop_node(node_id)
+        return await self.start_node(node_id)
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await asyncio.gather(*(n.wait_ready(timeout) for n in self.nodes.values()))
+
+    def client(self, **kwargs: Any) -> AsyncClient:
+        kwargs.setdefault("token", self.config.token)
+        kwargs.setdefault("tls", self.config.tls)
+        return AsyncClient([n.address for n in self.config.nodes], **kwargs)
+
+    async def stop(self) -> None:
+        for nid in list(self.nodes):
+            await self.stop_node(nid)
+
+    async def __aenter__(self) -> InProcessCluster:
+        try:
+            return await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class ThreadedCluster:
+    """An :class:`InProcessCluster` on a private event-loop thread, driven synchronously."""
+
+    def __init__(self, config: ClusterConfig, *, datalet_factory: DataletFactory | None = None) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="bespokv-cluster", daemon=True)
+        self._thread.start()
+        self.cluster = InProcessCluster(config, datalet_factory=datalet_factory)
+
+    def call(self, coro: Any, timeout: float | None = 120.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run a plain function on the cluster's loop thread (to inspect nodes safely)."""
+
+        async def wrap() -> Any:
+            return fn()
+
+        return self.call(wrap())
+
+    def start(self) -> ThreadedCluster:
+        self.call(self.cluster.start())
+        return self
+
+    def client(self, **kwargs: Any) -> Client:
+        kwargs.setdefault("token", self.config.token)
+        kwargs.setdefault("tls", self.config.tls)
+        return Client([n.address for n in self.config.nodes], **kwargs)
+
+    @property
+    def nodes(self) -> dict[str, Any]:
+        return self.cluster.nodes
+
+    def stop(self) -> None:
+        try:
+            self.call(self.cluster.stop(), timeout=60)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            if not self.loop.is_running():
+                self.loop.close()
+
+    def __enter__(self) -> ThreadedCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def redis_servers(n: int) -> Iterator[list[RedisServer]]:
+    """``n`` private redis-servers, stopped on exit."""
+    servers = [RedisServer() for _ in range(n)]
+    try:
+        for s in servers:
+            s.start()
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
+            shutil.rmtree(s.dir, ignore_errors=True)
