@@ -16,9 +16,9 @@ Contracts shared by every implementation:
 * **Read-after-write**: once ``put`` or ``delete`` returns, every later call (from any
   thread, and for ``file://`` and S3 from any process) sees its effect. AWS S3 has been
   strongly consistent since December 2020; MinIO and Ceph RGW are as well.
-* **Etags** are opaque strings without quotes; two etags from one store are equal iff the
-  contents are (for ``memory://``, ``file://`` and single-part S3 uploads without SSE-KMS
-  the etag is the hex MD5 of the content).
+* **Etags** are opaque strings without quotes that change whenever the content changes.
+  For ``memory://``, ``file://`` and single-part S3 uploads without SSE-KMS the etag is the
+  hex MD5 of the content, so equal etags there mean equal bytes.
 * **Thread safety**: every method may be called from several threads at once.
   ``list`` returns an iterator that belongs to the calling thread.
 * **Errors** come only from :mod:`cloudtier.errors`.
