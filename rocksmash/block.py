@@ -63,7 +63,7 @@ def _le(arr: array) -> bytes:
 class Block:
     """A decoded block. ``keys`` is a list for ``bisect``; values are sliced on demand."""
 
-    __slots__ = ("keys", "seqs", "kinds", "_raw", "_vbase", "_voffs", "charge")
+    __slots__ = ("keys", "seqs", "kinds", "raw", "vbase", "voffs", "charge")
 
     def __init__(self, raw: bytes) -> None:
         try:
@@ -74,18 +74,18 @@ class Block:
             o += 8 * n
             koffs = _ints(view[o:o + 4 * (n + 1)], "I").tolist()
             o += 4 * (n + 1)
-            self._voffs = _ints(view[o:o + 4 * (n + 1)], "I")
+            self.voffs = _ints(view[o:o + 4 * (n + 1)], "I")
             o += 4 * (n + 1)
             self.kinds = raw[o:o + n]
             o += n
             keys_area = raw[o:o + koffs[-1]]
-            self._vbase = o + koffs[-1]
-            if self._vbase + self._voffs[n] != len(raw) or len(self.kinds) != n:
+            self.vbase = o + koffs[-1]
+            if self.vbase + self.voffs[n] != len(raw) or len(self.kinds) != n:
                 raise CorruptionError("block: sizes do not add up")
         except (struct.error, ValueError, IndexError, TypeError) as e:
             raise CorruptionError(f"block: malformed ({e})") from None
         self.keys = [keys_area[a:b] for a, b in zip(koffs, koffs[1:])]
-        self._raw = raw
+        self.raw = raw
         #: Bytes charged to the block cache: the raw size plus Python objects per entry.
         self.charge = len(raw) + 64 * n
 
@@ -96,9 +96,9 @@ class Block:
         """The value of entry ``i``, or None if the entry is a deletion."""
         if not self.kinds[i]:
             return None
-        base = self._vbase
-        voffs = self._voffs
-        return self._raw[base + voffs[i]:base + voffs[i + 1]]
+        base = self.vbase
+        voffs = self.voffs
+        return self.raw[base + voffs[i]:base + voffs[i + 1]]
 
 
 class BlockBuilder:

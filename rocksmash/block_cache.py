@@ -1,16 +1,26 @@
-"""An LRU cache of decoded blocks, bounded by the bytes they were charged.
+"""The block cache: decoded data blocks, bounded by the bytes they are charged, CLOCK.
 
-Keys are ints (``table_number << 32 | block_index``) because int hashing is cheapest.
-Lookups take no lock (single OrderedDict operations are atomic under the GIL); inserts
-and evictions take one.
+Why CLOCK and not an LRU list: on a hit an LRU must move the entry (a dict operation and
+a method call, on every read); CLOCK only sets a flag. Decoded blocks live in their own
+table's ``blocks`` list (so a hit is one list index, no hashing), and the cache keeps a
+ring of ``(table, index)`` slots in insertion order. Eviction walks the ring: a slot
+whose ``refs`` flag is set gets a second chance (flag cleared, moved to the back),
+otherwise its block is dropped.
+
+Thread contract: hits take no lock (a list read and a list write are atomic under the
+GIL); inserts, evictions and :meth:`drop_table` take the cache lock.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import deque
+from typing import TYPE_CHECKING
 
 from .block import Block
+
+if TYPE_CHECKING:
+    from .table import Table
 
 __all__ = ["BlockCache"]
 
@@ -21,37 +31,48 @@ class BlockCache:
         self.used = 0
         self.hits = 0
         self.misses = 0
-        self._d: OrderedDict[int, Block] = OrderedDict()
+        self._ring: deque[tuple["Table", int]] = deque()
         self._lock = threading.Lock()
 
-    def get(self, key: int) -> Block | None:
-        d = self._d
-        blk = d.get(key)
-        if blk is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        try:
-            d.move_to_end(key)
-        except KeyError:  # evicted by another thread meanwhile; the block is still good
-            pass
-        return blk
-
-    def put(self, key: int, blk: Block) -> None:
-        if blk.charge > self.capacity:
-            return
+    def insert(self, table: "Table", i: int, blk: Block) -> Block:
+        """Cache ``blk`` as block ``i`` of ``table``; return the cached block (another
+        thread may have loaded it first)."""
         with self._lock:
-            d = self._d
-            old = d.pop(key, None)
-            if old is not None:
-                self.used -= old.charge
-            d[key] = blk
+            self.misses += 1
+            cached = table.blocks[i]
+            if cached is not None:
+                return cached
+            if blk.charge > self.capacity:
+                return blk
+            table.blocks[i] = blk
+            table.refs[i] = 0
+            self._ring.append((table, i))
             self.used += blk.charge
+            ring = self._ring
             while self.used > self.capacity:
-                _, victim = d.popitem(last=False)
-                self.used -= victim.charge
+                t, j = ring.popleft()
+                if t.refs[j]:
+                    t.refs[j] = 0
+                    ring.append((t, j))
+                    continue
+                victim = t.blocks[j]
+                if victim is not None:
+                    t.blocks[j] = None
+                    self.used -= victim.charge
+            return blk
+
+    def drop_table(self, table: "Table") -> None:
+        """Forget every block of ``table`` (it left the database)."""
+        with self._lock:
+            for i, blk in enumerate(table.blocks):
+                if blk is not None:
+                    self.used -= blk.charge
+                    table.blocks[i] = None
+            self._ring = deque(slot for slot in self._ring if slot[0] is not table)
 
     def clear(self) -> None:
         with self._lock:
-            self._d.clear()
+            for t, j in self._ring:
+                t.blocks[j] = None
+            self._ring.clear()
             self.used = 0

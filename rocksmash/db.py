@@ -283,9 +283,9 @@ class DB:
                              info.min_seq, info.max_seq)
                 levels[0].append(f)
                 live.add(f.number)
-        version = Version(levels)
-        for _, f in version.files():
+        for f in (f for lvl in levels for f in lvl):
             f.table = self._open_table(f.number)
+        version = Version(levels)
         self._version = version
         self._seq = last_seq
         self._next_file = next_file
@@ -485,43 +485,55 @@ class DB:
                 raise ClosedError("snapshot is closed or belongs to another database")
             seq = snapshot.seq
         e = self._mem.entries.get(key)
-        if e is not None and e[0] <= seq:
+        if e is None:
+            value = self._get_below(key, seq)
+        elif e[0] <= seq:
             value = e[1]
         else:
-            value = self._get_slow(key, seq)
+            e = self._mem.visible(key, seq)
+            value = self._get_below(key, seq) if e is None else e[1]
         return default if value is None else value
 
-    def _get_slow(self, key: bytes, seq: int) -> bytes | None:
-        e = self._mem.visible(key, seq)
-        if e is not None:
-            return e[1]
+    def _get_below(self, key: bytes, seq: int) -> bytes | None:
+        """Look ``key`` up below the active memtable: sealed memtables, then tables.
+
+        Hot path, written out by hand: one hash per lookup serves every table's filter
+        (word index from its low 32 bits, in-word mask from the next 14; see bloom.py).
+        """
         for mem in self._imm:
-            e = mem.visible(key, seq)
+            e = mem.entries.get(key)
             if e is not None:
-                return e[1]
+                if e[0] <= seq:
+                    return e[1]
+                e = mem.visible(key, seq)
+                if e is not None:
+                    return e[1]
         v = self._version
         h = key_hash(key)
-        for f in v.levels[0]:
-            if f.smallest <= key <= f.largest:
-                t = f.table
-                if t.filter.may_contain(h):
-                    r = t.get(key, seq)
-                    if r is not MISSING:
-                        return r  # type: ignore[return-value]
-        largest = v.largest_keys
-        for level in range(1, len(largest)):
-            lk = largest[level]
-            if not lk:
-                continue
-            i = bisect_left(lk, key)
-            if i < len(lk):
-                f = v.levels[level][i]
-                if f.smallest <= key:
-                    t = f.table
-                    if t.filter.may_contain(h):
-                        r = t.get(key, seq)
-                        if r is not MISSING:
-                            return r  # type: ignore[return-value]
+        word = h & 0xFFFFFFFF
+        mi = (h >> 32) & 0x3FFF
+        for lo, hi, t in v.l0_search:
+            if lo <= key <= hi:
+                n = t.fnwords
+                if n:
+                    m = t.fmasks[mi]
+                    if t.fwords[word % n] & m != m:
+                        continue
+                r = t.get(key, seq)
+                if r is not MISSING:
+                    return r  # type: ignore[return-value]
+        for largest, smallest, tables in v.level_search:
+            i = bisect_left(largest, key)
+            if i < len(largest) and smallest[i] <= key:
+                t = tables[i]
+                n = t.fnwords
+                if n:
+                    m = t.fmasks[mi]
+                    if t.fwords[word % n] & m != m:
+                        continue
+                r = t.get(key, seq)
+                if r is not MISSING:
+                    return r  # type: ignore[return-value]
         return None
 
     def multi_get(self, keys: list[bytes], *, snapshot: Snapshot | None = None
@@ -747,6 +759,7 @@ class DB:
                 self._cv.notify_all()
         if not c.trivial_move:
             for _, f in c.inputs:  # open readers keep their descriptors (POSIX)
+                self._cache.drop_table(f.table)
                 try:
                     os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
                 except FileNotFoundError:

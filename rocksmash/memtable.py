@@ -1,14 +1,17 @@
 """The memtable: recent writes in memory, in a dict plus a sorted key list.
 
 The dict gives O(1) point reads (the hot path); the ``SortedList`` gives ordered scans.
+Keys new to the memtable are only appended to ``pending`` by writers and folded into the
+sorted list by the first scan that needs them, so workloads without scans never pay for
+sorting (flush replays the WAL segment and sorts there, in a worker process).
 Each key keeps its newest version in ``entries``; an overwritten version is moved to
 ``old`` only when someone may still need it (a live snapshot at or after its sequence
 number, or a reader racing a multi-key batch), so the common case stores one version.
 
 Thread contract: one writer at a time (the DB write lock) mutates the active memtable;
 readers never lock for point reads (dict reads are atomic under the GIL) and take the
-write lock briefly per chunk of a scan of the *active* memtable. A sealed memtable is
-never mutated again.
+write lock briefly per chunk of a scan of the *active* memtable. A sealed memtable gets
+no more writes; its ``fold_lock`` keeps two scanners from folding ``pending`` at once.
 """
 
 from __future__ import annotations
@@ -38,12 +41,16 @@ _CHUNK = 64
 
 
 class Memtable:
-    __slots__ = ("entries", "keys", "old", "size", "segment", "table_number", "count")
+    __slots__ = ("entries", "keys", "pending", "fold_lock", "old", "size", "segment",
+                 "table_number", "count")
 
     def __init__(self, segment: int, table_number: int) -> None:
         #: key -> (seq, value); value None is a deletion.
         self.entries: dict[bytes, tuple[int, bytes | None]] = {}
         self.keys = SortedList()
+        #: Keys added since the last fold into ``keys``.
+        self.pending: list[bytes] = []
+        self.fold_lock = threading.Lock()
         #: key -> older versions still needed, oldest first.
         self.old: dict[bytes, list[tuple[int, bytes | None]]] = {}
         self.size = 0
@@ -57,7 +64,7 @@ class Memtable:
         entries = self.entries
         e = entries.get(key)
         if e is None:
-            self.keys.add(key)
+            self.pending.append(key)
         elif e[0] <= keep_upto:
             old = self.old.get(key)
             if old is None:
@@ -87,16 +94,16 @@ class Memtable:
         Reads in chunks and re-seeks after each one, so writes in between are safe; pass
         the writers' ``lock`` for the active memtable (None for a sealed one).
         """
-        keys = self.keys
         lo, hi = start, end
         lo_incl = True
         hi_incl = False
         while True:
             if lock is not None:
-                with lock:
-                    chunk = list(islice(keys.irange(lo, hi, (lo_incl, hi_incl), reverse), _CHUNK))
+                with lock, self.fold_lock:
+                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse)
             else:
-                chunk = list(islice(keys.irange(lo, hi, (lo_incl, hi_incl), reverse), _CHUNK))
+                with self.fold_lock:
+                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse)
             for key in chunk:
                 e = self.visible(key, seq)
                 if e is not None:
@@ -107,3 +114,12 @@ class Memtable:
                 hi, hi_incl = chunk[-1], False
             else:
                 lo, lo_incl = chunk[-1], False
+
+    def _chunk(self, lo: bytes | None, hi: bytes | None, lo_incl: bool, hi_incl: bool,
+               reverse: bool) -> list[bytes]:
+        """Up to _CHUNK sorted keys in the range (caller holds ``fold_lock``, and the DB
+        write lock if this memtable is active)."""
+        if self.pending:
+            self.keys.update(self.pending)
+            self.pending = []
+        return list(islice(self.keys.irange(lo, hi, (lo_incl, hi_incl), reverse), _CHUNK))

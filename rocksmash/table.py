@@ -26,7 +26,8 @@ class Table:
     """An open table. Thread-safe for reads; ``file`` is owned (closed with the table)."""
 
     __slots__ = ("number", "file", "cache", "index_keys", "offsets", "sizes", "nblocks",
-                 "filter", "props", "max_seq", "name", "data_end", "__weakref__")
+                 "filter", "fwords", "fnwords", "fmasks", "props", "max_seq", "name",
+                 "data_end", "blocks", "refs", "__weakref__")
 
     def __init__(self, number: int, file: RandomAccessFile, cache: BlockCache | None,
                  name: str = "") -> None:
@@ -48,6 +49,9 @@ class Table:
             if off + sz + TRAILER_SIZE > size - FOOTER_SIZE:
                 raise CorruptionError(f"{self.name}: footer points outside the file")
         self.filter = BloomFilter(self._read(f_off, f_size, "filter"))
+        # The filter's parts, flattened for the read path (see bloom.py for the probe).
+        self.fwords, self.fnwords, self.fmasks = (self.filter.words, self.filter.nwords,
+                                                  self.filter.masks)
         index = Block(self._read(i_off, i_size, "index"))
         self.index_keys = index.keys
         self.nblocks = len(index.keys)
@@ -59,6 +63,9 @@ class Table:
         self.offsets = offsets
         self.sizes = sizes
         self.data_end = f_off
+        #: Cached decoded blocks and their CLOCK reference flags (owned by ``cache``).
+        self.blocks: list[Block | None] = [None] * self.nblocks
+        self.refs = bytearray(self.nblocks)
         try:
             self.props = json.loads(self._read(p_off, p_size, "properties"))
             self.max_seq = int(self.props["max_seq"])
@@ -73,39 +80,47 @@ class Table:
 
     def block(self, i: int) -> Block:
         """Data block ``i``, from the cache when it is there."""
-        cache = self.cache
-        if cache is None:
-            return Block(self._read(self.offsets[i], self.sizes[i], f"block {i}"))
-        key = self.number << 32 | i
-        blk = cache.get(key)
-        if blk is None:
-            blk = Block(self._read(self.offsets[i], self.sizes[i], f"block {i}"))
-            cache.put(key, blk)
-        return blk
+        blk = self.blocks[i]
+        if blk is not None:
+            self.refs[i] = 1
+            self.cache.hits += 1  # type: ignore[union-attr]
+            return blk
+        blk = Block(self._read(self.offsets[i], self.sizes[i], f"block {i}"))
+        return blk if self.cache is None else self.cache.insert(self, i, blk)
 
     def get(self, key: bytes, seq: int) -> object:
         """The value of the newest version of ``key`` with sequence <= ``seq``.
 
         Returns the value, ``None`` for a deletion, or ``MISSING`` if there is no such
-        version in this table. The caller checks the bloom filter first.
+        version in this table. The caller checks the bloom filter first. This is the
+        hottest function of the engine: it is written out by hand (no helper calls on a
+        cache hit).
         """
         i = bisect_left(self.index_keys, key)
         if i == self.nblocks:
             return MISSING
-        blk = self.block(i)
+        blk = self.blocks[i]
+        if blk is None:
+            blk = self.block(i)
+        else:
+            self.refs[i] = 1
+            self.cache.hits += 1  # type: ignore[union-attr]  # (blocks are cached only with a cache)
         keys = blk.keys
         j = bisect_left(keys, key)
         if j == len(keys) or keys[j] != key:
             return MISSING
-        if seq >= self.max_seq:
-            return blk.value(j)
-        seqs = blk.seqs
-        n = len(keys)
-        while j < n and keys[j] == key:
-            if seqs[j] <= seq:
-                return blk.value(j)
-            j += 1
-        return MISSING
+        if seq < self.max_seq:
+            seqs = blk.seqs
+            n = len(keys)
+            while seqs[j] > seq:
+                j += 1
+                if j == n or keys[j] != key:
+                    return MISSING
+        if not blk.kinds[j]:
+            return None
+        base = blk.vbase
+        voffs = blk.voffs
+        return blk.raw[base + voffs[j]:base + voffs[j + 1]]
 
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool,
              seq: int) -> Iterator[tuple[bytes, int, bytes | None]]:

@@ -37,7 +37,7 @@ class FileMeta:
 
 
 class Version:
-    __slots__ = ("levels", "largest_keys")
+    __slots__ = ("levels", "largest_keys", "l0_search", "level_search")
 
     def __init__(self, levels: list[list[FileMeta]]) -> None:
         levels = [list(lvl) for lvl in levels]
@@ -48,6 +48,12 @@ class Version:
         self.levels: tuple[tuple[FileMeta, ...], ...] = tuple(tuple(lvl) for lvl in levels)
         #: Per level, the largest key of each file, for bisect (level 0 unused).
         self.largest_keys = tuple([f.largest for f in lvl] for lvl in self.levels)
+        # Flattened for the point-read path. Only versions whose files have open tables
+        # (the DB's, never the manifest loader's) are read from.
+        self.l0_search = [(f.smallest, f.largest, f.table) for f in self.levels[0]]
+        self.level_search = [(self.largest_keys[i], [f.smallest for f in lvl],
+                              [f.table for f in lvl])
+                             for i, lvl in enumerate(self.levels) if i and lvl]
 
     @property
     def num_levels(self) -> int:
