@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-memory block cache of every system (default 64MiB)")
     g.add_argument("--opt", action="append", type=_opt, default=[], metavar="SYS.KEY=VALUE",
                    help="a system-specific option, repeatable; VALUE is JSON if it parses "
-                        "(e.g. rocksdb.bloom_bits=12, rocksmash.memtable_size=\"32MiB\", "
+                        "(e.g. rocksdb.bloom_bits=12, rocksmash.memtable_size=32MiB, "
                         "slatedb.l0_sst_size_bytes=16777216)")
 
     g = y.add_argument_group("output")

@@ -48,22 +48,42 @@ _HDR_HIGHEST = 3600 * 10**9
 _HDR_DIGITS = 3
 _HDR_KEEP_BITS = 11  # 3 significant decimal digits -> 2048 sub-buckets -> 11 bits
 _GIB = 2**30
+_CHUNK = 1 << 17
+
+
+def _bucketed(v: np.ndarray) -> np.ndarray:
+    """Round each latency down to the lowest value of its HDR bucket (top 11 bits kept)."""
+    v = np.clip(v, _HDR_LOWEST, _HDR_HIGHEST)
+    _, exp = np.frexp(v.astype(np.float64))
+    shift = np.maximum(exp - _HDR_KEEP_BITS, 0).astype(np.int64)
+    return (v >> shift) << shift
+
+
+def _record(h: HdrHistogram, latencies_ns: np.ndarray) -> None:
+    values, counts = np.unique(_bucketed(latencies_ns.astype(np.int64, copy=False)), return_counts=True)
+    for value, count in zip(values.tolist(), counts.tolist()):
+        h.record_value(value, count)
 
 
 def latency_histogram(latencies_ns: np.ndarray) -> HdrHistogram:
-    """An HdrHistogram of the given latencies (ns); values are clamped to 1 ns .. 1 h."""
+    """An HdrHistogram of the given latencies (ns); values are clamped to 1 ns .. 1 h.
+
+    Works in chunks of 128k values, so the temporary arrays stay a few MiB however
+    long the phase was (the trial's peak RSS should be the system's, not this).
+    """
     h = HdrHistogram(_HDR_LOWEST, _HDR_HIGHEST, _HDR_DIGITS)
-    if latencies_ns.size == 0:
-        return h
-    v = np.clip(latencies_ns.astype(np.int64), _HDR_LOWEST, _HDR_HIGHEST)
-    # Round down to the HDR bucket: keep the top 11 significant bits.
-    _, exp = np.frexp(v.astype(np.float64))
-    shift = np.maximum(exp - _HDR_KEEP_BITS, 0).astype(np.int64)
-    v = (v >> shift) << shift
-    values, counts = np.unique(v, return_counts=True)
-    for value, count in zip(values.tolist(), counts.tolist()):
-        h.record_value(value, count)
+    for lo in range(0, latencies_ns.size, _CHUNK):
+        _record(h, latencies_ns[lo:lo + _CHUNK])
     return h
+
+
+def _histograms_by_code(latencies_ns: np.ndarray, codes: np.ndarray, n_codes: int) -> list[HdrHistogram]:
+    hists = [HdrHistogram(_HDR_LOWEST, _HDR_HIGHEST, _HDR_DIGITS) for _ in range(n_codes)]
+    for lo in range(0, latencies_ns.size, _CHUNK):
+        lat, cod = latencies_ns[lo:lo + _CHUNK], codes[lo:lo + _CHUNK]
+        for code in np.unique(cod).tolist():
+            _record(hists[code], lat[cod == code])
+    return hists
 
 
 def latency_summary(h: HdrHistogram) -> dict[str, Any]:
@@ -148,9 +168,9 @@ def summarize_phase(rec: PhaseRecord) -> dict[str, Any]:
     if rec.codes.size == lat.size and rec.codes.size:
         mix = np.bincount(rec.codes, minlength=len(OP_NAMES))
         out["mix"] = {OP_NAMES[i]: int(c) for i, c in enumerate(mix) if c}
-        for code, name in enumerate(OP_NAMES):
+        for code, h in enumerate(_histograms_by_code(lat, rec.codes, len(OP_NAMES))):
             if mix[code]:
-                out["latency"][name] = latency_summary(latency_histogram(lat[rec.codes == code]))
+                out["latency"][OP_NAMES[code]] = latency_summary(h)
     return out
 
 

@@ -72,9 +72,11 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     }
     session: Session | None = None
     try:
+        # Baseline: the interpreter, numpy and bench, before the system's library loads,
+        # so it is the same for every system.
+        result["rss"] = {"baseline": _rss_now()}
         cls = runner_class(system)
         rcfg.data_dir.mkdir(parents=True, exist_ok=True)
-        result["rss"] = {"baseline": _rss_now()}
         session = Session(cls(rcfg))
         t = time.perf_counter()
         session.open()
