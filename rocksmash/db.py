@@ -660,6 +660,7 @@ class DB:
                              info.min_seq, info.max_seq)
                 f.table = self._open_table(f.number)
                 edit.added.append((0, f))
+                fsync_dir(self.path)  # the table's directory entry, before the edit
             self._log_edit(edit)
             with self._lock:
                 self._version = self._version.apply(edit)  # the table first, then
