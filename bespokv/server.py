@@ -166,7 +166,9 @@ class Node:
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
         log.info("node %s serving %d shard replicas on %s", self.node_id, len(self.controlets), self.address)
 
-    async def stop(self, grace: float = 1.0) -> None:
+    async def stop(self, grace: float = 1.0, drain: float = 3.0) -> None:
+        """Stop serving: new calls are refused, replication backlogs are handed over for
+        up to ``drain`` seconds, calls in flight get ``grace`` seconds, datalets close."""
         if self._stopping:
             return
         self._stopping = True
@@ -174,6 +176,8 @@ class Node:
             await self.health.enter_graceful_shutdown()
         except Exception:  # noqa: BLE001 - best effort
             pass
+        if drain > 0:
+            await asyncio.gather(*(c.drain(drain) for c in self.controlets.values()), return_exceptions=True)
         for c in self.controlets.values():
             try:
                 await c.stop()

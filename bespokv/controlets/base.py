@@ -83,6 +83,10 @@ class Controlet(abc.ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Begin background work (replication links, recovery, anti-entropy)."""
 
+    async def drain(self, timeout: float) -> None:  # noqa: B027 - optional hook
+        """Before a clean stop: hand acknowledged-but-unreplicated writes to the other
+        replicas, waiting at most ``timeout`` seconds (a kill -9 skips this)."""
+
     async def stop(self) -> None:  # noqa: B027 - optional hook
         """Stop background work; the datalet is closed by the node afterwards."""
 

@@ -24,13 +24,12 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-import xxhash
-
 from bespokv import versioned
 from bespokv.controlets.base import ShardContext
-from bespokv.controlets.registers import DIGEST_BUCKETS, VersionedControlet, bucket_of
+from bespokv.controlets.registers import VersionedControlet, bucket_of, digest_of
 from bespokv.controlets.scanning import local_scan_chunks
 from bespokv.datalets.base import RESERVED_PREFIX, Op
+from bespokv.errors import UnavailableError
 from bespokv.hlc import physical_ms
 from bespokv.proto import bespokv_pb2 as pb
 
@@ -41,22 +40,20 @@ OUTBOX_LIMIT = 100_000  # entries queued per peer before pushes are dropped (ant
 PUSH_BATCH = 2048
 
 
-def _digest_of(key: bytes, enc: bytes) -> int:
-    return xxhash.xxh3_64_intdigest(key + enc[: versioned.HEADER])
-
-
 class LwwControlet(VersionedControlet):
     mode = "aa-ec"
 
     def __init__(self, ctx: ShardContext) -> None:
         super().__init__(ctx)
-        self.digests = [0] * DIGEST_BUCKETS
         self._outbox: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ctx.others}
         self._outbox_event: dict[str, asyncio.Event] = {n: asyncio.Event() for n in ctx.others}
         self._tasks: list[asyncio.Task[None]] = []
-        self.stats.update({"pushed": 0, "push_dropped": 0, "ae_rounds": 0, "ae_repaired": 0, "tombstones_collected": 0})
-        self.last_ae: dict[str, float] = {}
-        self._rebuild_digests()
+        self._pushing = 0
+        self._failing: set[str] = set()  # peers whose last push failed
+        self.stats.update({"pushed": 0, "push_dropped": 0, "tombstones_collected": 0})
+        # A replica whose datalet is volatile comes back empty: it copies one peer's
+        # replica before it serves reads (it forwards them meanwhile).
+        self.readable = ctx.datalet.persistent or not ctx.others
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -64,8 +61,17 @@ class LwwControlet(VersionedControlet):
         for node in self.ctx.others:
             self._tasks.append(asyncio.ensure_future(self._pusher(node)))
         if self.ctx.others:
-            self._tasks.append(asyncio.ensure_future(self._anti_entropy()))
+            self._tasks.append(asyncio.ensure_future(self.anti_entropy_loop()))
+        if not self.readable:
+            self._tasks.append(asyncio.ensure_future(self._initial_sync()))
         self._tasks.append(asyncio.ensure_future(self._collector()))
+
+    async def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self._pushing or any(box and n not in self._failing for n, box in self._outbox.items()):
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -80,25 +86,28 @@ class LwwControlet(VersionedControlet):
         return self.ctx.node_id
 
     def read_target(self) -> str:
-        return self.ctx.node_id
+        if self.readable:
+            return self.ctx.node_id
+        return self.ctx.others[0]
 
-    # -- digests --------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return self.readable
 
-    def _rebuild_digests(self) -> None:
-        d = [0] * DIGEST_BUCKETS
-        for chunk in self.datalet.export(4096):
-            for k, enc in chunk:
-                if not k.startswith(RESERVED_PREFIX):
-                    d[bucket_of(k)] ^= _digest_of(k, enc)
-        self.digests = d
+    async def _initial_sync(self) -> None:
+        while not self.readable:
+            for node in self.ctx.others:
+                try:
+                    await self.pull_export(node)
+                    self.readable = True
+                    log.info("shard %s: %s copied %s's replica", self.ctx.shard_id, self.ctx.node_id, node)
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - try the next peer
+                    log.info("shard %s: initial copy from %s failed: %r", self.ctx.shard_id, node, exc)
+            await asyncio.sleep(0.3)
 
-    def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
-        d = self.digests
-        for k, old, new in changes:
-            b = bucket_of(k)
-            if old is not None:
-                d[b] ^= _digest_of(k, old)
-            d[b] ^= _digest_of(k, new)
+    # -- tombstones ---------------------------------------------------------------------
 
     def _expired(self, enc: bytes, now_ms: int) -> bool:
         if enc[0] != versioned.TOMBSTONE:
@@ -118,7 +127,8 @@ class LwwControlet(VersionedControlet):
     async def write(self, ops: list[Op]) -> None:
         ts = self.ctx.clock.now()
         me = self.ctx.node_number
-        entries = [(k, versioned.encode(ts, me, v)) for k, v in ops]
+        latest = dict(ops)  # a batch's later op on a key wins
+        entries = [(k, versioned.encode(ts, me, v)) for k, v in latest.items()]
         self.store_if_newer(entries)
         for node, box in self._outbox.items():
             if len(box) + len(entries) > OUTBOX_LIMIT:
@@ -128,11 +138,15 @@ class LwwControlet(VersionedControlet):
             self._outbox_event[node].set()
 
     async def get(self, key: bytes) -> bytes | None:
+        if not self.readable:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
         return self.get_local(key)
 
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        if not self.readable:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
         async for chunk in local_scan_chunks(
             self.datalet, start, end, reverse=reverse, limit=limit, transform=self.live_pairs
         ):
@@ -149,10 +163,13 @@ class LwwControlet(VersionedControlet):
             while self._outbox[node]:
                 box = self._outbox[node]
                 batch, self._outbox[node] = box[:PUSH_BATCH], box[PUSH_BATCH:]
+                self._pushing += 1
                 try:
                     await self.write_to(node, batch)
                     self.stats["pushed"] += len(batch)
+                    self._failing.discard(node)
                     backoff = 0.05
+                    continue
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # noqa: BLE001 - the peer is down: keep, retry later
@@ -161,49 +178,11 @@ class LwwControlet(VersionedControlet):
                         self._outbox[node] = batch + rest
                     else:
                         self.stats["push_dropped"] += len(batch)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
-
-    async def anti_entropy_round(self, node: str) -> int:
-        """Compare digests with ``node`` and exchange the buckets that differ; returns how
-        many of our values changed."""
-        resp = await self.ctx.peers.peer(node).Digest(
-            pb.DigestRequest(shard=self.ctx.shard_id), timeout=5.0, metadata=self.ctx.peers.metadata
-        )
-        theirs = list(resp.digests)
-        if len(theirs) != DIGEST_BUCKETS:
-            raise ValueError(f"{node} sent {len(theirs)} digests, expected {DIGEST_BUCKETS}")
-        differing = [b for b in range(DIGEST_BUCKETS) if theirs[b] != self.digests[b]]
-        self.stats["ae_rounds"] += 1
-        self.last_ae[node] = time.monotonic()
-        if not differing:
-            return 0
-        changed = await self.pull_export(node, differing)
-        # Push ours for the same buckets (what they lack is fixed on their side).
-        wanted = set(differing)
-        ours: list[tuple[bytes, bytes]] = []
-        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
-            ours.extend((k, v) for k, v in chunk if not k.startswith(RESERVED_PREFIX) and bucket_of(k) in wanted)
-            if len(ours) >= PUSH_BATCH:
-                await self.write_to(node, ours)
-                ours = []
-            await asyncio.sleep(0)
-        if ours:
-            await self.write_to(node, ours)
-        self.stats["ae_repaired"] += changed
-        return changed
-
-    async def _anti_entropy(self) -> None:
-        interval = self.ctx.tuning.anti_entropy_interval
-        while True:
-            await asyncio.sleep(interval)
-            for node in self.ctx.others:
-                try:
-                    await self.anti_entropy_round(node)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - peer down; next round
-                    log.debug("shard %s: anti-entropy with %s failed: %r", self.ctx.shard_id, node, exc)
+                    self._failing.add(node)
+                finally:
+                    self._pushing -= 1
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
 
     def collect_tombstones(self) -> int:
         """Delete tombstones older than the grace period; returns how many."""
@@ -220,7 +199,7 @@ class LwwControlet(VersionedControlet):
             for (k, enc), cur in zip(dead, current):
                 if cur == enc:
                     ops.append((k, None))
-                    self.digests[bucket_of(k)] ^= _digest_of(k, enc)
+                    self.digests[bucket_of(k)] ^= digest_of(k, enc)
             if ops:
                 self.datalet.write(ops)
             self.stats["tombstones_collected"] += len(ops)
@@ -236,15 +215,10 @@ class LwwControlet(VersionedControlet):
             except Exception as exc:  # noqa: BLE001 - retry next period
                 log.warning("shard %s: tombstone collection failed: %r", self.ctx.shard_id, exc)
 
-    # -- peer RPCs ------------------------------------------------------------------------
-
-    async def on_digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
-        return pb.DigestResponse(digests=self.digests)
-
     def status(self) -> pb.ShardStatus:
         st = super().status()
         for node, box in self._outbox.items():
             st.lag[node] = len(box)
-        for k in ("pushed", "push_dropped", "ae_rounds", "ae_repaired", "tombstones_collected"):
+        for k in ("pushed", "push_dropped", "tombstones_collected"):
             st.info[k] = str(int(self.stats[k]))
         return st

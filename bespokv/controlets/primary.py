@@ -82,6 +82,17 @@ class PrimaryBackupControlet(MasterSlaveControlet):
             except TimeoutError:
                 pass
 
+    async def drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while any(l.connected and l.applied < self.store.seq for l in self.links.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._lag_changed.wait(), left)
+            except TimeoutError:
+                return
+
     def _check_master(self) -> None:
         if not self.is_head:
             raise WrongShardError(f"writes to shard {self.ctx.shard_id} go to its master {self.ctx.shard.head}")

@@ -14,7 +14,10 @@ leader: any replica coordinates any operation, and every operation needs a major
   (3) return it.
 * scan: pages of the range from a majority, merged by version, written back like reads.
 
-Every operation is linearizable per key. CAS is not offered (UNIMPLEMENTED): a
+A write returns once a majority stored it; the other replicas get it when its store
+message arrives, or from anti-entropy (the digest exchange of ``registers.py``, as in
+aa-ec), which is safe here because it only delivers versioned values late, as a slow
+network would. Every operation is linearizable per key. CAS is not offered (UNIMPLEMENTED): a
 read/write register cannot implement compare-and-set without consensus.
 
 A replica restarted with a volatile datalet has lost its values; until it has merged the
@@ -50,19 +53,21 @@ class QuorumControlet(VersionedControlet):
         self.replicas = list(ctx.shard.replicas)
         self.q = ctx.shard.quorum
         self._last_ts = 0
-        self._recovery: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         others = len(self.replicas) - 1
         self.readable = others == 0 or ctx.datalet.persistent
         self.stats.update({"write_backs": 0, "recovered_keys": 0})
 
     async def start(self) -> None:
         if not self.readable:
-            self._recovery = asyncio.ensure_future(self._recover())
+            self._tasks.append(asyncio.ensure_future(self._recover()))
+        if self.ctx.others:
+            self._tasks.append(asyncio.ensure_future(self.anti_entropy_loop()))
 
     async def stop(self) -> None:
-        if self._recovery is not None:
-            self._recovery.cancel()
-            await asyncio.gather(self._recovery, return_exceptions=True)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self.close_batchers()
 
     def role(self) -> str:

@@ -13,9 +13,12 @@ Peer traffic is batched: concurrent operations of one node share one ``Versioned
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+
+import xxhash
 
 from bespokv import versioned
 from bespokv.batcher import AutoBatcher
@@ -26,7 +29,9 @@ from bespokv.hashring import key_hash
 from bespokv.peers import rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 
-__all__ = ["VersionedControlet", "QuorumError", "DIGEST_BUCKETS", "bucket_of"]
+__all__ = ["VersionedControlet", "QuorumError", "DIGEST_BUCKETS", "bucket_of", "digest_of"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -36,6 +41,11 @@ DIGEST_BUCKETS = 64
 
 def bucket_of(key: bytes) -> int:
     return key_hash(key) % DIGEST_BUCKETS
+
+
+def digest_of(key: bytes, enc: bytes) -> int:
+    """A key's contribution to its bucket digest: a hash of the key and its version."""
+    return xxhash.xxh3_64_intdigest(key + enc[: versioned.HEADER])
 
 
 class QuorumError(UnavailableError):
@@ -50,7 +60,10 @@ class VersionedControlet(Controlet):
         self._readers: dict[tuple[str, bool], AutoBatcher[list[bytes], list[pb.VersionedValue]]] = {}
         self._writers: dict[str, AutoBatcher[list[tuple[bytes, bytes]], int]] = {}
         self.readable = True
-        self.stats: dict[str, float] = {"stored": 0, "stale_dropped": 0}
+        self.stats: dict[str, float] = {"stored": 0, "stale_dropped": 0, "ae_rounds": 0, "ae_repaired": 0}
+        self.digests = [0] * DIGEST_BUCKETS
+        self.last_ae: dict[str, float] = {}
+        self._rebuild_digests()
 
     # -- local store ----------------------------------------------------------------------
 
@@ -58,11 +71,11 @@ class VersionedControlet(Controlet):
         """Write each encoded value whose version beats the stored one, in one batch."""
         if not entries:
             return 0
-        # Keep the highest version per key within the batch.
+        # Keep the highest version per key within the batch (the later entry on a tie).
         best: dict[bytes, bytes] = {}
         for k, enc in entries:
             cur = best.get(k)
-            if cur is None or versioned.newer(enc, cur):
+            if cur is None or not versioned.newer(cur, enc):
                 best[k] = enc
         keys = list(best)
         olds = self.datalet.multi_get(keys)
@@ -85,7 +98,67 @@ class VersionedControlet(Controlet):
         return True
 
     def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
-        """Hook: ``(key, old_encoded, new_encoded)`` for every value replaced."""
+        """Keeps the anti-entropy digests current: ``(key, old, new)`` per value replaced."""
+        d = self.digests
+        for k, old, new in changes:
+            b = bucket_of(k)
+            if old is not None:
+                d[b] ^= digest_of(k, old)
+            d[b] ^= digest_of(k, new)
+
+    def _rebuild_digests(self) -> None:
+        d = [0] * DIGEST_BUCKETS
+        for chunk in self.datalet.export(4096):
+            for k, enc in chunk:
+                if not k.startswith(RESERVED_PREFIX):
+                    d[bucket_of(k)] ^= digest_of(k, enc)
+        self.digests = d
+
+    # -- anti-entropy ---------------------------------------------------------------------
+
+    async def anti_entropy_round(self, node: str) -> int:
+        """Compare digests with ``node`` and exchange the buckets that differ, both ways;
+        returns how many of our values changed."""
+        resp = await self.ctx.peers.peer(node).Digest(
+            pb.DigestRequest(shard=self.ctx.shard_id), timeout=5.0, metadata=self.ctx.peers.metadata
+        )
+        theirs = list(resp.digests)
+        if len(theirs) != DIGEST_BUCKETS:
+            raise ValueError(f"{node} sent {len(theirs)} digests, expected {DIGEST_BUCKETS}")
+        differing = [b for b in range(DIGEST_BUCKETS) if theirs[b] != self.digests[b]]
+        self.stats["ae_rounds"] += 1
+        self.last_ae[node] = time.monotonic()
+        if not differing:
+            return 0
+        changed = await self.pull_export(node, differing)
+        wanted = set(differing)
+        ours: list[tuple[bytes, bytes]] = []
+        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+            ours.extend((k, v) for k, v in chunk if not k.startswith(RESERVED_PREFIX) and bucket_of(k) in wanted)
+            if len(ours) >= 2048:
+                await self.write_to(node, ours)
+                ours = []
+            await asyncio.sleep(0)
+        if ours:
+            await self.write_to(node, ours)
+        self.stats["ae_repaired"] += changed
+        return changed
+
+    async def anti_entropy_loop(self) -> None:
+        """Every ``anti_entropy_interval``, one round with each other replica."""
+        interval = self.ctx.tuning.anti_entropy_interval
+        while True:
+            await asyncio.sleep(interval)
+            for node in self.ctx.others:
+                try:
+                    await self.anti_entropy_round(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - peer down; next round
+                    log.debug("shard %s: anti-entropy with %s failed: %r", self.ctx.shard_id, node, exc)
+
+    async def on_digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
+        return pb.DigestResponse(digests=self.digests)
 
     @staticmethod
     def live_pairs(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
