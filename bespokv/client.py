@@ -75,6 +75,18 @@ def _shard_map_from_proto(resp: pb.ShardMapResponse) -> ShardMap:
     return ShardMap(shards, nodes, vnodes=resp.vnodes, epoch=resp.epoch, cluster=resp.cluster)
 
 
+_NOT_SENT = ("failed to connect", "connection refused", "dns resolution failed")
+
+
+def _rpc_error(exc: grpc.aio.AioRpcError, node: str) -> Error:
+    """A client-side error for a failed call; marks calls that never reached the node."""
+    details = exc.details() or ""
+    err = from_status(exc.code(), f"{node}: {details}")
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and any(s in details.lower() for s in _NOT_SENT):
+        err.applied = False
+    return err
+
+
 def _as_bytes(x: Any, what: str) -> bytes:
     if isinstance(x, bytes):
         return x
@@ -254,8 +266,8 @@ class AsyncClient:
         return pb.OpResult(status=ok)
 
     def _may_retry(self, err: Error, write: bool) -> bool:
-        if isinstance(err, (OverloadedError, WrongShardError)):
-            return True  # refused before being applied
+        if isinstance(err, (OverloadedError, WrongShardError)) or err.applied is False:
+            return True  # refused before being applied, or never sent
         if not err.retriable:
             return False
         return self.retry_writes or not write
@@ -276,7 +288,7 @@ class AsyncClient:
                 try:
                     res = await (self._batcher(node).submit(op) if batched else self._unary(node, op))
                 except grpc.aio.AioRpcError as exc:
-                    raise from_status(exc.code(), f"{node}: {exc.details()}") from None
+                    raise _rpc_error(exc, node) from None
                 if res.status.code:
                     raise from_status(status_code(res.status.code), res.status.message)
                 return res

@@ -67,6 +67,9 @@ class Error(_rm.Error):
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
     retriable: bool = False
+    #: False when the operation is known not to have been applied (the request never
+    #: reached a node); None when unknown.
+    applied: bool | None = None
 
 
 class InvalidArgumentError(Error, _rm.InvalidArgumentError):

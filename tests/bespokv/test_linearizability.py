@@ -1,0 +1,99 @@
+"""Strong modes: record a concurrent history against a multi-process cluster, with a node
+killed (-9) and restarted in the middle, and check it with the linearizability checker."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+import time
+
+import pytest
+from lincheck import UNKNOWN, Operation, check
+
+from bespokv.config import Tuning
+from bespokv.errors import Error
+from bespokv.testing import LocalCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+KEYS = [b"k%d" % i for i in range(6)]
+
+
+async def record_history(client, *, clients: int, seconds: float, cas: bool, seed: int) -> list[Operation]:
+    """``clients`` concurrent workers doing random operations on a few keys for ``seconds``.
+
+    Writes are never retried by the client (``retry_writes=False``): a write that fails is
+    recorded with an unknown outcome. Reads that fail are dropped (they had no effect)."""
+    history: list[Operation] = []
+    deadline = time.monotonic() + seconds
+    counter = iter(range(10**9))
+
+    async def worker(cid: int) -> None:
+        rng = random.Random(seed * 1000 + cid)
+        while time.monotonic() < deadline:
+            key = rng.choice(KEYS)
+            r = rng.random()
+            kinds = ["get", "put", "delete"] + (["cas"] if cas else [])
+            kind = rng.choices(kinds, weights=[5, 4, 1] + ([2] if cas else []))[0]
+            value = b"v%d" % next(counter)
+            call = time.monotonic()
+            try:
+                if kind == "get":
+                    arg, out = None, await client.get(key)
+                elif kind == "put":
+                    arg, out = value, await client.put(key, value)
+                elif kind == "delete":
+                    arg, out = None, await client.delete(key)
+                else:
+                    expected = None if r < 0.2 else rng.choice([b"v%d" % rng.randrange(max(1, next(counter))), None])
+                    # Expect something plausible: the value last seen by anyone, often.
+                    if history and rng.random() < 0.7:
+                        recent = [o for o in history[-20:] if o.key == key and o.kind == "put"]
+                        if recent:
+                            expected = recent[-1].arg
+                    arg = (expected, value)
+                    res = await client.cas(key, expected, value)
+                    out = (res.succeeded, res.current)
+                history.append(Operation(cid, kind, key, arg, out, call, time.monotonic()))
+            except Error as err:
+                if kind != "get" and err.applied is not False:
+                    a = (expected, value) if kind == "cas" else (value if kind == "put" else None)
+                    history.append(Operation(cid, kind, key, a, UNKNOWN, call, math.inf))
+                await asyncio.sleep(0.2)
+
+    await asyncio.gather(*(worker(i) for i in range(clients)))
+    return history
+
+
+@pytest.mark.parametrize("mode", ["ms-sc", "aa-sc"])
+def test_strong_modes_are_linearizable_under_a_crash(mode):
+    tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
+    with LocalCluster(3, replicas=3, shards=2, mode=mode, datalet="memory", tuning=tuning) as cluster:
+
+        def chaos() -> None:
+            time.sleep(1.5)
+            cluster.kill("n3")
+            time.sleep(1.0)
+            cluster.start_node("n3")
+
+        async def run() -> list[Operation]:
+            client = cluster.async_client(retry_writes=False, retries=10, timeout=3.0)
+            try:
+                return await record_history(client, clients=12, seconds=6.0, cas=(mode == "ms-sc"), seed=7)
+            finally:
+                await client.close()
+
+        t = threading.Thread(target=chaos)
+        t.start()
+        try:
+            history = asyncio.run(run())
+        finally:
+            t.join(60)
+        ok = [o for o in history if o.output is not UNKNOWN]
+        reads = [o for o in ok if o.kind == "get"]
+        assert len(ok) > 300 and len(reads) > 100, (len(ok), len(reads))
+        assert any(o.kind == "get" and o.output is not None for o in reads)
+        result = check(history, timeout=60)
+        assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
