@@ -191,6 +191,7 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
                         "warmup_ops": plan.warmup_ops, "max_seconds": plan.max_seconds,
                         "progress": plan.progress, "env": env.child_env()}
                 before = env.proxy_counters()
+                load_before = metrics.load_average()
                 try:
                     if plan.isolate:
                         result = run_isolated(spec, plan.trial_timeout)
@@ -198,6 +199,7 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
                         from bench.trial import run_trial
                         result = run_trial(spec)
                         result["rss"]["note"] = "in-process: RSS includes earlier trials"
+                    result["load_average"] = {"before": load_before, "after": metrics.load_average()}
                     after = env.proxy_counters()
                     if before is not None and after is not None:
                         result["proxy"] = {k: after[k] - before[k] for k in after}

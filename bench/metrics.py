@@ -38,6 +38,8 @@ __all__ = [
     "RssSampler",
     "tree_rss",
     "self_peak_rss",
+    "cpu_seconds",
+    "load_average",
     "dollar_estimate",
     "hit_ratios",
     "counter_delta",
@@ -195,6 +197,21 @@ def self_peak_rss() -> dict[str, int]:
         "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
     }
+
+
+def cpu_seconds() -> dict[str, float]:
+    """User + system CPU seconds of this process and of its reaped children (getrusage)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"self": me.ru_utime + me.ru_stime, "children": kids.ru_utime + kids.ru_stime}
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (runnable processes), or None where unsupported."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def tree_rss(pid: int) -> int:

@@ -68,17 +68,19 @@ def _requests(counts: dict[str, int] | None) -> int | None:
     return sum(v for k, v in counts.items() if k in ("get", "put", "list", "head", "delete", "other"))
 
 
+def _merge_counts(*parts: dict[str, int] | None) -> dict[str, int] | None:
+    out: dict[str, int] = {}
+    for part in parts:
+        for k, v in (part or {}).items():
+            out[k] = out.get(k, 0) + int(v)
+    return out or None
+
+
 def _metrics(trial: dict[str, Any]) -> dict[str, Any]:
     """The comparable numbers of one trial (None where not measured)."""
     ok = trial.get("status") == "ok"
     run_counts = _get(trial, "object_store_requests", "run")
-    load_counts = _get(trial, "object_store_requests", "load")
-    total_counts: dict[str, int] | None = None
-    if run_counts or load_counts:
-        total_counts = {}
-        for c in (load_counts or {}, run_counts or {}):
-            for k, v in c.items():
-                total_counts[k] = total_counts.get(k, 0) + int(v)
+    total_counts = _merge_counts(_get(trial, "object_store_requests", "load"), run_counts)
     return {
         "ok": ok,
         "load_tput": _get(trial, "load", "throughput") if ok else None,
@@ -211,6 +213,13 @@ def _latency_section(doc: dict[str, Any], baseline: str | None) -> list[str]:
     return lines
 
 
+def _cpu(t: dict[str, Any]) -> str:
+    cpu = t.get("cpu_seconds") or {}
+    if not cpu:
+        return "-"
+    return f"{cpu.get('self', 0):.1f} + {cpu.get('children', 0):.1f}"
+
+
 def _resources_section(doc: dict[str, Any]) -> list[str]:
     body = []
     for t in doc.get("trials", []):
@@ -218,7 +227,7 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
         disk = t.get("disk") or {}
         body.append([
             t["workload"].upper(), t["system"],
-            format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
+            _cpu(t), format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
             format_bytes(rss.get("tree_peak")),
             format_bytes(_get(disk, "after_load", "allocated")),
             format_bytes(_get(disk, "after_run", "allocated")),
@@ -235,11 +244,12 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
             "RSS: *baseline* is the trial process after imports, before opening the system; "
             "*peak (process)* is its exact `ru_maxrss`; *peak (tree)* is the sampled peak of the "
             "process plus its children (worker processes, servers). Disk: bytes allocated in the "
-            "system's data directory after the load (and settle) and after the run. Object store: "
+            "system's data directory after the load (and settle) and after the run. CPU: user + "
+            "system seconds of the trial process and its reaped children (open to close). Object store: "
             "what the trial's prefix held after the run, the HTTP requests that crossed the proxy "
             "during the trial (load + run), the system's own request counts during the run, and "
             "the dollar estimate of the trial's requests and of storing its data for a month.", "",
-            _md_table(["wl", "system", "RSS baseline", "peak (process)", "peak (tree)",
+            _md_table(["wl", "system", "CPU s (process + children)", "RSS baseline", "peak (process)", "peak (tree)",
                        "disk after load", "disk after run", "apparent", "objects", "stored",
                        "proxy requests", "system requests (run)", "requests $", "storage $/month"],
                       body), ""]
@@ -287,6 +297,26 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
         if _get(t, "run", "stopped_early"):
             notes.append(f"- {t['workload'].upper()} / {t['system']}: stopped at the time limit after "
                          f"{t['run']['items']} operations")
+        own = _requests(_merge_counts(_get(t, "object_store_requests", "load"),
+                                      _get(t, "object_store_requests", "run")))
+        seen = _get(t, "proxy", "requests")
+        if own is not None and seen and abs(own - seen) > 0.1 * seen + 5:
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: the system counted {own:,} "
+                         f"object-store requests, the proxy saw {seen:,}; its own counts (and the "
+                         f"dollar estimate made from them) are off")
+        counts = _merge_counts(_get(t, "object_store_requests", "load"), _get(t, "object_store_requests", "run")) or {}
+        up = _get(t, "proxy", "bytes_up")
+        if "bytes_written" in counts and up and seen:
+            payload = up - 1000 * seen  # allow ~1 KB of HTTP headers per request
+            if payload > 0 and counts["bytes_written"] < 0.5 * payload:
+                notes.append(f"- {t['workload'].upper()} / {t['system']}: the system counted "
+                             f"{counts['bytes_written']:,} bytes written to the object store, the proxy "
+                             f"carried {up:,} bytes up; some uploads are not in its own counters")
+        busy = max((v for v in (t.get("load_average") or {}).values() if v is not None), default=None)
+        cores = (doc.get("machine") or {}).get("cores") or 0
+        if busy is not None and cores and busy > 0.5 * cores + 1:
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: the machine was busy (1-minute load "
+                         f"average {busy:.1f} on {cores} cores around the trial); treat its numbers with care")
         if t.get("settle"):
             notes.append(f"- {t['workload'].upper()} / {t['system']}: after load: {t['settle']}")
     if notes:

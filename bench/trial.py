@@ -142,6 +142,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         if rcfg.data_dir.exists():
             result["disk"]["after_close"] = metrics.disk_usage(rcfg.data_dir)
         result.setdefault("rss", {}).update({f"peak_{k}": v for k, v in metrics.self_peak_rss().items()})
+        result["cpu_seconds"] = metrics.cpu_seconds()
     return result
 
 

@@ -6,10 +6,13 @@ spellings in a flattened (``a.b.c``) view of the dict:
 * cache hit ratios: any pair of numeric keys that differ only in ``hit``/``miss``
   (``block_cache.hits``/``block_cache.misses``, ``data_cache_hit``/``data_cache_miss``, ...);
   the cache is named by the common part.
-* object-store requests: numeric keys under a path containing ``object_store``,
+* object-store requests: a cloudtier ``MeteredStore.snapshot()`` (``requests`` by
+  operation, ``bytes_in``, ``bytes_out``) anywhere under a key naming an object store,
+  read exactly; failing that, numeric keys under a path containing ``object_store``,
   ``objectstore``, ``cloud`` or ``s3`` whose last part names an operation (``get``,
   ``gets``, ``get_requests``, ``get_count``, ``put...``, ``list...``, ``head...``,
-  ``delete...``) or bytes (``bytes_read``/``bytes_in``, ``bytes_written``/``bytes_out``).
+  ``delete...``) or bytes (``bytes_read``, ``bytes_written``); error, latency and cost
+  entries are skipped.
 
 Contract: never raises on odd input; returns empty results when nothing matches.
 """
@@ -24,9 +27,10 @@ __all__ = ["flatten", "cache_pairs", "object_store_counts", "json_safe"]
 _HIT_RE = re.compile(r"(hits?)(?=$|[._\-])", re.IGNORECASE)
 _STORE_PATH_RE = re.compile(r"object_?store|cloud|(^|[._])s3($|[._])", re.IGNORECASE)
 _OP_RE = re.compile(r"^(get|put|list|head|delete)s?(_?(requests?|count|calls|ops))?$", re.IGNORECASE)
+_SKIP_RE = re.compile(r"error|fail|latency|_ms|cost|usd|price", re.IGNORECASE)
 _BYTES = {
-    "bytes_read": "bytes_read", "bytes_in": "bytes_read", "read_bytes": "bytes_read",
-    "bytes_written": "bytes_written", "bytes_out": "bytes_written", "written_bytes": "bytes_written",
+    "bytes_read": "bytes_read", "read_bytes": "bytes_read",
+    "bytes_written": "bytes_written", "written_bytes": "bytes_written",
 }
 
 
@@ -68,11 +72,37 @@ def cache_pairs(flat: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def object_store_counts(flat: Mapping[str, Any]) -> dict[str, int] | None:
-    """Requests and bytes by kind, or None when the stats say nothing about an object store."""
+def _metered_snapshot(d: Any, path: str = "") -> Mapping[str, Any] | None:
+    """Find a cloudtier ``MeteredStore.snapshot()``-shaped dict (``requests`` by op, plus
+    ``bytes_in``/``bytes_out``) under a key path naming an object store."""
+    if not isinstance(d, Mapping):
+        return None
+    if _STORE_PATH_RE.search(path) and isinstance(d.get("requests"), Mapping) and "bytes_in" in d:
+        return d
+    for k, v in d.items():
+        found = _metered_snapshot(v, f"{path}.{k}" if path else str(k))
+        if found is not None:
+            return found
+    return None
+
+
+def object_store_counts(stats: Mapping[str, Any]) -> dict[str, int] | None:
+    """Requests and bytes by kind, or None when the stats say nothing about an object store.
+
+    ``stats`` is the system's nested statistics dict. A cloudtier MeteredStore snapshot
+    is read exactly (its ``bytes_in`` are bytes written into the store, ``bytes_out``
+    bytes read out of it); otherwise numeric leaves under an object-store path are
+    matched by name, skipping error and latency counters.
+    """
+    snap = _metered_snapshot(stats)
+    if snap is not None:
+        out = {str(op): int(n) for op, n in snap["requests"].items() if _is_number(n)}
+        out["bytes_written"] = int(snap.get("bytes_in") or 0)
+        out["bytes_read"] = int(snap.get("bytes_out") or 0)
+        return out
     out: dict[str, int] = {}
-    for key, v in flat.items():
-        if not _is_number(v) or not _STORE_PATH_RE.search(key):
+    for key, v in flatten(stats).items():
+        if not _is_number(v) or not _STORE_PATH_RE.search(key) or _SKIP_RE.search(key):
             continue
         last = key.rsplit(".", 1)[-1]
         m = _OP_RE.match(last)

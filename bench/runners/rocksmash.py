@@ -1,7 +1,9 @@
 """rocksmash, embedded, with its tiering options passed through.
 
 ``rocksmash.open(data_dir, **options)`` gets, when set: ``object_store`` (the trial's
-``s3://bucket/prefix``) with ``endpoint_url`` and ``region``, ``local_budget``
+``s3://bucket/prefix``) with ``object_store_options`` holding cloudtier's S3 options
+(``endpoint_url``, ``region``, ``access_key``, ``secret_key``; or a top-level
+``endpoint_url`` for an engine without ``object_store_options``), ``local_budget``
 (``10%`` or ``2GiB``), ``cache_size`` (bytes), plus every ``--opt rocksmash.KEY=VALUE``.
 Object-store credentials reach boto3 through the standard ``AWS_*`` environment
 variables, which the trial sets for the moto endpoint.
@@ -40,7 +42,16 @@ class RocksmashRunner(Runner):
                 raise RuntimeError("this rocksmash has no object_store option yet; "
                                    "run it with --network local")
             opts["object_store"] = target.url
-            if target.endpoint_url:
+            if known is not None and "object_store_options" in known:
+                # cloudtier's S3 backend options (see cloudtier.s3_store.S3Store)
+                store_opts: dict[str, Any] = {"region": target.region}
+                if target.endpoint_url:
+                    store_opts["endpoint_url"] = target.endpoint_url
+                if target.access_key_id:
+                    store_opts["access_key"] = target.access_key_id
+                    store_opts["secret_key"] = target.secret_access_key or ""
+                opts["object_store_options"] = store_opts
+            elif target.endpoint_url:
                 opts["endpoint_url"] = target.endpoint_url
             if target.access_key_id:
                 os.environ.setdefault("AWS_ACCESS_KEY_ID", target.access_key_id)
@@ -94,8 +105,9 @@ class RocksmashRunner(Runner):
             raw = self._db.stats()
         except Exception as e:  # stats are a nice-to-have; never fail a trial on them
             return RunnerStats(raw={"error": repr(e)})
-        flat = flatten(raw) if isinstance(raw, dict) else {}
-        return RunnerStats(object_store=object_store_counts(flat), caches=cache_pairs(flat),
+        if not isinstance(raw, dict):
+            return RunnerStats(raw={"stats": json_safe(raw)})
+        return RunnerStats(object_store=object_store_counts(raw), caches=cache_pairs(flatten(raw)),
                            raw=json_safe(raw))
 
     def describe(self) -> dict[str, Any]:

@@ -78,3 +78,20 @@ def test_write_reports_json_markdown_png(tmp_path) -> None:
     bad.write_text(json.dumps({"schema": "nope"}))
     with pytest.raises(ValueError):
         load_json(bad)
+
+
+def test_notes_flag_undercounting_systems_and_a_busy_machine() -> None:
+    doc = _doc()
+    doc["machine"] = {"cores": 2}
+    t = doc["trials"][1]
+    t["proxy"] = {"requests": 100, "bytes_up": 10_000_000}
+    t["object_store_requests"] = {"load": {"put": 10, "bytes_written": 100}, "run": {"get": 5}}
+    t["load_average"] = {"before": 4.5, "after": 3.0}
+    md = render_markdown(doc)
+    assert "counted 15 object-store requests, the proxy saw 100" in md
+    assert "100 bytes written to the object store, the proxy carried 10,000,000 bytes up" in md
+    assert "the machine was busy (1-minute load average 4.5 on 2 cores" in md
+    quiet = _doc()
+    quiet["trials"][1]["proxy"] = {"requests": 15, "bytes_up": 16_000}
+    quiet["trials"][1]["object_store_requests"] = {"load": {"put": 10, "bytes_written": 1_000}, "run": {"get": 5}}
+    assert "proxy saw" not in render_markdown(quiet) and "busy" not in render_markdown(quiet)
