@@ -73,9 +73,10 @@ def build_filter(hashes: list[int], bits_per_key: int) -> bytes:
 class BloomFilter:
     """A decoded filter. ``may_contain(h)`` is False only if the key is surely absent."""
 
-    __slots__ = ("k", "nwords", "words", "masks")
+    __slots__ = ("k", "nwords", "words", "masks", "data")
 
     def __init__(self, data: bytes) -> None:
+        self.data = data
         self.k, self.nwords = _HEAD.unpack_from(data, 0)
         body = data[_HEAD.size:_HEAD.size + 8 * self.nwords]
         if sys.byteorder == "little":

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from .options import Options
 from .version import FileMeta, Version
 
-__all__ = ["Compaction", "level_targets", "pick_compaction", "range_compaction"]
+__all__ = ["Compaction", "level_targets", "pick_compaction", "range_compaction",
+           "first_cloud_level"]
 
 
 @dataclass
@@ -40,19 +41,47 @@ class Compaction:
         return sum(f.size for _, f in self.inputs)
 
 
+def base_size(v: Version, opts: Options) -> int:
+    """``level_base_size``, shrunk with a cloud tier so local levels fit the budget."""
+    if opts.object_store is None:
+        return opts.level_base_size
+    total = sum(v.level_bytes(i) for i in range(v.num_levels))
+    return min(opts.level_base_size, max(1 << 20, opts.budget_for(total) // 4))
+
+
 def level_targets(v: Version, opts: Options) -> tuple[int, list[float]]:
     """The base level and each level's target size in bytes (0 above the base level)."""
     last = v.num_levels - 1
     last_size = v.level_bytes(last)
+    bsize = base_size(v, opts)
     base, cur = last, float(last_size)
-    while base > 1 and cur > opts.level_base_size:
+    while base > 1 and cur > bsize:
         cur /= opts.level_multiplier
         base -= 1
     targets = [0.0] * v.num_levels
     for i in range(base, last):
-        targets[i] = max(float(opts.level_base_size),
-                         last_size / opts.level_multiplier ** (last - i))
+        targets[i] = max(float(bsize), last_size / opts.level_multiplier ** (last - i))
     return base, targets
+
+
+def first_cloud_level(v: Version, opts: Options) -> int:
+    """Levels at and below the result belong in the object store (``num_levels``: none).
+
+    Walks down from L0 adding each level's size (its target, if larger) until the local
+    budget is exceeded. L0 is always local: flushes must never wait on the network.
+    """
+    if opts.object_store is None:
+        return v.num_levels
+    last = v.num_levels - 1
+    sizes = [v.level_bytes(i) for i in range(v.num_levels)]
+    budget = opts.budget_for(sum(sizes))
+    _, targets = level_targets(v, opts)
+    used = sizes[0]
+    for level in range(1, v.num_levels):
+        used += sizes[level] if level == last else max(sizes[level], int(targets[level]))
+        if used > budget:
+            return level
+    return v.num_levels
 
 
 def _key_range(files: list[FileMeta]) -> tuple[bytes, bytes]:

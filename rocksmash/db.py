@@ -18,29 +18,30 @@ and writers publish in the reverse order (a sealed memtable joins ``_imm`` befor
 
 from __future__ import annotations
 
-import heapq
 import os
 import threading
 import time
-import uuid
-from bisect import bisect_left
-from typing import Any, Iterator
-
-from sortedcontainers import SortedList
+import weakref
+from bisect import bisect_left, bisect_right
+from typing import Any, Callable, Iterator
 
 from . import filenames
 from .block_cache import BlockCache
 from .bloom import key_hash
-from .compaction import Compaction, level_targets, pick_compaction, range_compaction
+from .cloud import CloudTier
+from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
+                         range_compaction)
 from .env import FileLock, LocalFile, fsync_dir
-from .errors import ClosedError, CorruptionError, Error, InvalidArgumentError, InvalidTypeError
+from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
+                     InvalidTypeError)
 from .jobs import JOBS
 from .manifest import Manifest, load_manifest
 from .memtable import MISSING, Memtable
+from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .table import Table
 from .table_builder import TableInfo
-from .version import FileMeta, Version, VersionEdit
+from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
 from .worker import WorkerDied, WorkerProcess
 from .write_batch import WriteBatch, encode_batch, encode_delete, encode_put
@@ -85,78 +86,48 @@ class Snapshot:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
+    def _release_later(self) -> None:
+        """Release without taking the database lock (safe from finalizers): the release
+        is applied at the next snapshot, flush or compaction."""
         if not self._closed:
             self._closed = True
             self._db._deferred_releases.append(self.seq)  # list.append takes no lock
 
+    __del__ = _release_later
+
 
 class DBIterator:
-    """Iterator of ``(key, value)`` from :meth:`DB.scan`. Close it (or exhaust it, or use
-    it as a context manager) to release the implicit snapshot it holds."""
+    """Iterator of ``(key, value)`` from :meth:`DB.scan`.
 
-    __slots__ = ("_db", "_gen", "_snap", "__weakref__")
+    It holds an implicit snapshot (unless given one) until it is exhausted, closed, or
+    garbage collected; ``close()`` or a ``with`` block releases it at once.
+    """
 
-    def __init__(self, db: "DB", gen: Iterator[tuple[bytes, bytes]],
-                 snap: Snapshot | None) -> None:
+    __slots__ = ("_db", "_gen", "__weakref__")
+
+    def __init__(self, db: "DB", gen: Iterator[tuple[bytes, bytes]]) -> None:
         self._db = db
         self._gen = gen
-        self._snap = snap
 
-    def __iter__(self) -> "DBIterator":
-        return self
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        # A for-loop iterates the generator itself: no Python-level call per item.
+        return self._gen
 
     def __next__(self) -> tuple[bytes, bytes]:
         if self._db._closed:
             raise ClosedError("database is closed")
-        try:
-            return next(self._gen)
-        except StopIteration:
-            self.close()
-            raise
+        return next(self._gen)
 
     def close(self) -> None:
-        if self._snap is not None:
-            self._snap.close()
-            self._snap = None
+        self._gen.close()
+        if not self._db._closed:
+            self._db._release_snapshot(None)  # apply the release now
 
     def __enter__(self) -> "DBIterator":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        snap, self._snap = self._snap, None
-        if snap is not None:
-            snap.__del__()
-
-
-def _dedupe_forward(merged: Iterator[tuple[bytes, int, bytes | None]]
-                    ) -> Iterator[tuple[bytes, bytes]]:
-    """From (key, -seq) ascending entries, the newest version of each live key."""
-    last = None
-    for key, _, value in merged:
-        if key == last:
-            continue
-        last = key
-        if value is not None:
-            yield key, value
-
-
-def _dedupe_reverse(merged: Iterator[tuple[bytes, int, bytes | None]]
-                    ) -> Iterator[tuple[bytes, bytes]]:
-    """From (key, -seq) descending entries (oldest version of a key first), the newest."""
-    cur: bytes | None = None
-    cur_value: bytes | None = None
-    for key, _, value in merged:
-        if key != cur:
-            if cur is not None and cur_value is not None:
-                yield cur, cur_value
-            cur = key
-        cur_value = value
-    if cur is not None and cur_value is not None:
-        yield cur, cur_value
 
 
 class DB:
@@ -184,7 +155,7 @@ class DB:
             self._recover()
         except BaseException:
             self._shutdown_workers()
-            self._file_lock.release()
+            self._release()
             raise
         self._closed = False
         for name, target in (("flush", self._flush_loop), ("compaction", self._compaction_loop)):
@@ -203,7 +174,8 @@ class DB:
         #: Held by whoever runs a compaction (the compaction thread or compact_range).
         self._compaction_mutex = threading.Lock()
         self._cache = BlockCache(opts.block_cache_size)
-        self._snapshots: SortedList = SortedList()
+        #: Live snapshots: sequence number -> how many snapshots hold it.
+        self._snapshots: dict[int, int] = {}
         #: Snapshots released by the garbage collector, applied under the lock later
         #: (a finalizer must never take the lock: it may run while this thread holds it).
         self._deferred_releases: list[int] = []
@@ -229,8 +201,22 @@ class DB:
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
-            "recovered_segments": 0, "torn_wal_tails": 0,
+            "recovered_segments": 0, "torn_wal_tails": 0, "cache_fills_by_compaction": 0,
+            "background_retries": 0, "restored_from_object_store": False,
         }
+        self._cloud_job_opts = dict(self._job_opts, compression=opts.cloud_compression)
+        self._dead_objects: list[tuple[str, int, Any]] = []
+        self._cloud: CloudTier | None = None
+        if opts.object_store is not None:
+            from .data_cache import DataCache
+            from .meta_cache import MetaCache
+
+            self._cloud = CloudTier(opts.object_store, opts.object_store_options,
+                                    opts.object_store_retries)
+            self._cloud.claim_epoch()
+            self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
+            self._data_cache = DataCache(os.path.join(self.path, "cloud-cache"),
+                                         opts.cache_size)
 
     def _recover(self) -> None:
         """Load the manifest, replay leftover WAL segments into L0 tables, start afresh.
@@ -241,24 +227,39 @@ class DB:
         and everything unreferenced is deleted.
         """
         state = load_manifest(self.path)
-        levels: list[list[FileMeta]]
-        if state is None:
-            levels = [[] for _ in range(self.options.num_levels)]
-            log_number, next_file, last_seq = 0, 2, 0
-        else:
-            levels = [list(lvl) for lvl in state.version.levels]
-            if len(levels) != self.options.num_levels:
+        cloud = self._cloud
+        mirror = cloud.load_mirror() if cloud is not None else None
+        levels: list[list[FileMeta]] = [[] for _ in range(self.options.num_levels)]
+        log_number, next_file, last_seq = 0, 2, 0
+        if state is not None:
+            if state.version.num_levels != self.options.num_levels:
                 raise InvalidArgumentError(
                     f"num_levels={self.options.num_levels} but the database has "
-                    f"{len(levels)} levels")
+                    f"{state.version.num_levels} levels")
+            levels = [list(lvl) for lvl in state.version.levels]
             log_number, next_file, last_seq = state.log_number, state.next_file, state.last_seq
+            if mirror is not None and mirror["epoch"] > state.epoch:
+                raise FencedError(
+                    f"{self.path} is stale: a writer with epoch {mirror['epoch']} has written "
+                    f"the object store since this directory's last session (epoch "
+                    f"{state.epoch}); move the directory away to reopen from the object store")
+            if cloud is None and any(f.tier == CLOUD for lvl in levels for f in lvl):
+                raise InvalidArgumentError(
+                    f"{self.path} has tables in an object store; open it with object_store=")
+        elif mirror is not None:
+            # The local directory is gone: rebuild from the bucket. Only what had reached
+            # the cloud levels comes back (see docs/cloud.md).
+            for lvl, f in CloudTier.mirror_files(mirror):
+                levels[lvl].append(f)
+            next_file, last_seq = int(mirror["next_file"]), int(mirror["last_seq"])
+            self._stats["restored_from_object_store"] = True
         names = os.listdir(self.path)
         for name in names:
             parsed = filenames.parse_name(name)
             if parsed:
                 next_file = max(next_file, parsed[1] + 1)
         live = {f.number for lvl in levels for f in lvl}
-        for f in (f for lvl in levels for f in lvl):
+        for f in (f for lvl in levels for f in lvl if f.tier == LOCAL):
             path = os.path.join(self.path, filenames.table_name(f.number))
             if not os.path.exists(path):
                 raise CorruptionError(f"table {filenames.table_name(f.number)} is missing")
@@ -284,7 +285,7 @@ class DB:
                 levels[0].append(f)
                 live.add(f.number)
         for f in (f for lvl in levels for f in lvl):
-            f.table = self._open_table(f.number)
+            f.table = self._open_table(f)
         version = Version(levels)
         self._version = version
         self._seq = last_seq
@@ -295,8 +296,12 @@ class DB:
                               last_seq + 1)
         self._manifest = Manifest.create(self.path, self._take_number(), version,
                                          log_number=self._mem.segment,
-                                         next_file=self._next_file, last_seq=last_seq)
+                                         next_file=self._next_file, last_seq=last_seq,
+                                         epoch=cloud.epoch if cloud else 0)
         self._log_number = self._mem.segment
+        if cloud is not None:
+            self._publish_mirror()  # from here on, any older writer is fenced
+            self._collect_garbage_objects()
         keep = {filenames.manifest_name(self._manifest.number), filenames.segment_name(
             self._mem.segment)} | {filenames.table_name(n) for n in live}
         for name in names:
@@ -310,9 +315,21 @@ class DB:
         fsync_dir(self.path)
         self._update_stall()
 
-    def _open_table(self, number: int) -> Table:
-        path = os.path.join(self.path, filenames.table_name(number))
-        return Table(number, LocalFile(path), self._cache, filenames.table_name(number))
+    def _open_table(self, f: FileMeta) -> Table:
+        """Open the reader of ``f``: a local file, or a cloud object whose metadata comes
+        from the MetaCache (fetched from the object once, if missing)."""
+        if f.tier == LOCAL:
+            name = filenames.table_name(f.number)
+            return Table(f.number, LocalFile(os.path.join(self.path, name)), self._cache, name)
+        cloud = self._cloud
+        if cloud is None:
+            raise InvalidArgumentError("this database has tables in an object store; "
+                                       "open it with object_store=")
+        meta = self._meta_cache.get(f.number)
+        t = Table(f.number, cloud.file(f), self._cache, f.object_key, meta, self._data_cache)
+        if meta is None:
+            self._meta_cache.put(f.number, t.meta())
+        return t
 
     def _take_number(self) -> int:
         n = self._next_file
@@ -435,6 +452,8 @@ class DB:
             if self._closed or self._closing:
                 raise ClosedError("database is closed")
             if self._bg_error is not None:
+                if isinstance(self._bg_error, FencedError):
+                    raise FencedError(str(self._bg_error)) from self._bg_error
                 raise Error(f"database is read-only after a background error: "
                             f"{self._bg_error}") from self._bg_error
             if not self._stall:
@@ -558,24 +577,34 @@ class DB:
         with self._lock:
             if self._closed:
                 raise ClosedError("database is closed")
+            if self._deferred_releases:
+                self._live_snapshots()
             seq = self._seq
-            self._snapshots.add(seq)
-            self._live_snapshots()
+            self._snapshots[seq] = self._snapshots.get(seq, 0) + 1
+            self._keep_upto = seq  # sequence numbers only grow: this is the newest
         return Snapshot(self, seq)
 
     def _release_snapshot(self, seq: int | None) -> None:
         with self._lock:
             if seq is not None:
-                self._snapshots.discard(seq)
+                self._drop_snapshot(seq)
             self._live_snapshots()
 
+    def _drop_snapshot(self, seq: int) -> None:
+        n = self._snapshots.get(seq, 0)
+        if n > 1:
+            self._snapshots[seq] = n - 1
+        elif n:
+            del self._snapshots[seq]
+            if seq == self._keep_upto:
+                self._keep_upto = max(self._snapshots, default=-1)
+
     def _live_snapshots(self) -> list[int]:
-        """Apply deferred releases and return the live snapshot seqs (write lock held)."""
+        """Apply deferred releases; return the live snapshot seqs, sorted (lock held)."""
         deferred = self._deferred_releases
         while deferred:
-            self._snapshots.discard(deferred.pop())
-        self._keep_upto = self._snapshots[-1] if self._snapshots else -1
-        return list(self._snapshots)
+            self._drop_snapshot(deferred.pop())
+        return sorted(self._snapshots)
 
     def scan(self, start: bytes | None = None, end: bytes | None = None, *,
              reverse: bool = False, snapshot: Snapshot | None = None) -> DBIterator:
@@ -585,39 +614,36 @@ class DB:
             if bound is not None and type(bound) is not bytes:
                 raise InvalidTypeError(f"{name} must be bytes or None, not "
                                        f"{type(bound).__name__}")
-        own: Snapshot | None = None
+        if start is not None and end is not None and start >= end:
+            return DBIterator(self, iter(()))
         if snapshot is None:
-            own = snapshot = self.snapshot()
+            # An implicit snapshot, owned by the merge: released when it ends (deferred:
+            # that may happen in the garbage collector, which must not take locks).
+            snapshot = self.snapshot()
+            release = snapshot._release_later
         elif snapshot._closed or snapshot._db is not self:
             raise ClosedError("snapshot is closed or belongs to another database")
-        if start is not None and end is not None and start >= end:
-            gen: Iterator[tuple[bytes, bytes]] = iter(())
         else:
-            gen = self._scan(start, end, reverse, snapshot.seq)
-        return DBIterator(self, gen, own)
+            release = None
+        return DBIterator(self, self._scan(start, end, reverse, snapshot.seq, release))
 
-    def _scan(self, start: bytes | None, end: bytes | None, reverse: bool,
-              seq: int) -> Iterator[tuple[bytes, bytes]]:
+    def _scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
+              release: Callable[[], None] | None) -> Iterator[tuple[bytes, bytes]]:
+        """Merge one source per memtable, per L0 file and per level, newest first."""
         mem, imm, v = self._mem, self._imm, self._version
-        sources: list[Iterator[tuple[bytes, int, bytes | None]]] = [
-            mem.scan(start, end, reverse, seq, self._lock)]
+        sources: list[Iterator[Chunk]] = [mem.scan(start, end, reverse, seq, self._lock)]
         sources += [m.scan(start, end, reverse, seq, None) for m in imm]
-        last_key = None
-        if end is not None:
-            # [start, end) as an inclusive upper bound for file overlap tests.
-            last_key = end
         for f in v.levels[0]:
-            if f.overlaps(start, last_key):
+            if f.overlaps(start, end):
                 sources.append(f.table.scan(start, end, reverse, seq))
         for level in range(1, v.num_levels):
             if v.levels[level]:
                 sources.append(self._level_scan(v, level, start, end, reverse, seq))
-        merged = heapq.merge(*sources, reverse=reverse) if len(sources) > 1 else sources[0]
-        return _dedupe_reverse(merged) if reverse else _dedupe_forward(merged)
+        return (merge_reverse if reverse else merge_forward)(sources, release)
 
     @staticmethod
     def _level_scan(v: Version, level: int, start: bytes | None, end: bytes | None,
-                    reverse: bool, seq: int) -> Iterator[tuple[bytes, int, bytes | None]]:
+                    reverse: bool, seq: int) -> Iterator[Chunk]:
         files = v.levels[level]
         lo = 0 if start is None else v.start_index(level, start)
         hi = len(files) if end is None else v.end_index(level, end)
@@ -658,7 +684,7 @@ class DB:
             if info is not None:
                 f = FileMeta(mem.table_number, info.size, info.smallest, info.largest,
                              info.min_seq, info.max_seq)
-                f.table = self._open_table(f.number)
+                f.table = self._open_table(f)
                 edit.added.append((0, f))
                 fsync_dir(self.path)  # the table's directory entry, before the edit
             self._log_edit(edit)
@@ -688,13 +714,15 @@ class DB:
             v = self._version.apply(edit)
             self._manifest = Manifest.create(
                 self.path, self._take_number(), v, log_number=self._log_number,
-                next_file=self._next_file, last_seq=max(edit.last_seq or 0, self._seq))
+                next_file=self._next_file, last_seq=max(edit.last_seq or 0, self._seq),
+                epoch=self._cloud.epoch if self._cloud else 0)
             old.close()
             os.unlink(os.path.join(self.path, filenames.manifest_name(old.number)))
             return
         self._manifest.log(edit)
 
     def _compaction_loop(self) -> None:
+        delay = 0.1
         while True:
             with self._lock:
                 while not self._closing and not (self._compaction_wanted
@@ -711,40 +739,45 @@ class DB:
                         if c is None:
                             break
                         self._run_compaction(c)
+                delay = 0.1
+            except Error as e:
+                if not e.retriable:
+                    self._fail(e)
+                    return
+                # The object store (or a worker) failed after retries. Writes go on into
+                # L0 until it stalls; try again later, backing off up to 30 s.
+                self._stats["background_retries"] += 1
+                self._stats["last_background_error"] = repr(e)
+                with self._lock:
+                    self._compaction_wanted = True
+                    self._cv.wait(delay)
+                delay = min(delay * 2, 30.0)
             except BaseException as e:
                 self._fail(e)
                 return
 
     def _run_compaction(self, c: Compaction) -> None:
         """Execute ``c`` and install its result (``_compaction_mutex`` held: one
-        compaction at a time, from the compaction thread or compact_range)."""
+        compaction at a time, from the compaction thread or compact_range).
+
+        Output goes to the object store when the output level is a cloud level. The old
+        files are deleted after the edit is durable (and, for cloud objects, after the
+        mirror no longer names them and no reader holds them).
+        """
+        cloud = self._cloud
+        to_cloud = (cloud is not None
+                    and c.output_level >= first_cloud_level(self._version, self.options))
         edit = VersionEdit(deleted=[(lvl, f.number) for lvl, f in c.inputs])
         outputs: list[FileMeta] = []
         if c.trivial_move:
-            (lvl, f), = c.inputs
-            moved = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq,
-                             f.table)
-            edit.added.append((c.output_level, moved))
+            (_, f), = c.inputs
+            moved = self._upload_table(f) if to_cloud and f.tier == LOCAL else f.moved()
+            outputs.append(moved)
         else:
-            with self._lock:
-                snapshots = self._live_snapshots()
-            prefix = f"tmp-{uuid.uuid4().hex[:12]}"
-            runs = [[os.path.join(self.path, filenames.table_name(f.number)) for f in run]
-                    for run in c.runs]
-            infos: list[TableInfo] = self._run_job(
-                self._compaction_worker, "compact", runs=runs, out_dir=self.path,
-                out_prefix=prefix, opts=self._job_opts, snapshots=snapshots,
-                bottommost=c.bottommost, target_file_size=self.options.target_file_size)
-            with self._version_lock:
-                numbers = self._new_numbers(len(infos))
-            for n, info in zip(numbers, infos):
-                os.rename(info.path, os.path.join(self.path, filenames.table_name(n)))
-                f = FileMeta(n, info.size, info.smallest, info.largest, info.min_seq,
-                             info.max_seq)
-                f.table = self._open_table(n)
-                outputs.append(f)
-                edit.added.append((c.output_level, f))
-            fsync_dir(self.path)
+            outputs = self._merge(c, to_cloud)
+        edit.added = [(c.output_level, f) for f in outputs]
+        touches_cloud = any(f.tier == CLOUD for f in outputs) or any(
+            f.tier == CLOUD for _, f in c.inputs)
         with self._version_lock:
             edit.next_file = self._next_file
             self._log_edit(edit)
@@ -758,13 +791,177 @@ class DB:
                     self._stats["compaction_bytes_written"] += sum(f.size for f in outputs)
                 self._update_stall()
                 self._cv.notify_all()
-        if not c.trivial_move:
-            for _, f in c.inputs:  # open readers keep their descriptors (POSIX)
-                self._cache.drop_table(f.table)
+            if touches_cloud:
+                self._publish_mirror()
+        kept = {f.number: f for f in outputs}
+        for _, f in c.inputs:
+            out = kept.get(f.number)
+            if out is not None and out.tier == f.tier:
+                continue  # moved, same file
+            self._cache.drop_table(f.table)
+            if f.tier == CLOUD:
+                self._retire_object(f)
+            else:  # open readers keep their descriptors (POSIX)
                 try:
                     os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
                 except FileNotFoundError:
                     pass
+        self._collect_dead_objects()
+
+    def _merge(self, c: Compaction, to_cloud: bool) -> list[FileMeta]:
+        """Run the merge job of ``c``; return the new files with open readers."""
+        cloud = self._cloud
+        with self._lock:
+            snapshots = self._live_snapshots()
+        opts = self.options
+        target = opts.cloud_target_file_size if to_cloud else opts.target_file_size
+        with self._version_lock:  # more numbers than the job can use; gaps are harmless
+            numbers = self._new_numbers(2 * (c.input_bytes // target + 2) + len(c.inputs))
+        paths = [os.path.join(self.path, filenames.table_name(n) + (".tmp" if to_cloud
+                                                                     else ""))
+                 for n in numbers]
+        runs = [[{"key": f.object_key, "size": f.size} if f.tier == CLOUD else
+                 {"path": os.path.join(self.path, filenames.table_name(f.number))}
+                 for f in run] for run in c.runs]
+        job: dict[str, Any] = dict(
+            runs=runs, out_paths=paths, snapshots=snapshots, bottommost=c.bottommost,
+            target_file_size=target, opts=self._cloud_job_opts if to_cloud else self._job_opts)
+        worker = self._compaction_worker
+        if cloud is not None and (to_cloud or any(f.tier == CLOUD for _, f in c.inputs)):
+            if to_cloud:
+                job["upload_keys"] = [FileMeta(n, 0, b"", b"", 0, 0, None, CLOUD,
+                                               cloud.epoch).object_key for n in numbers]
+            if worker is not None and cloud.shareable:
+                job["store"] = cloud.worker_spec()
+            else:  # the store cannot be reopened in a worker (memory://, a given object)
+                job["store"] = cloud.store
+                worker = None
+        hot = self._hot_ranges(c) if to_cloud and opts.compaction_aware_cache else []
+        infos: list[TableInfo] = self._run_job(worker, "compact", **job)
+        outputs = []
+        for n, info in zip(numbers, infos):
+            f = FileMeta(n, info.size, info.smallest, info.largest, info.min_seq,
+                         info.max_seq, None, CLOUD if to_cloud else LOCAL,
+                         cloud.epoch if to_cloud and cloud else 0)
+            if to_cloud:
+                self._adopt_upload(f, info.path, hot)
+            else:
+                f.table = self._open_table(f)
+            outputs.append(f)
+        if not to_cloud:
+            fsync_dir(self.path)
+        return outputs
+
+    # ----------------------------------------------------------------- cloud tier
+
+    def _publish_mirror(self) -> None:
+        """Publish the cloud files of the current version (``_version_lock`` held or
+        during open). Raises FencedError if another writer took over."""
+        assert self._cloud is not None
+        v = self._version
+        self._cloud.publish_mirror([(lvl, f) for lvl, f in v.files() if f.tier == CLOUD],
+                                   num_levels=v.num_levels, last_seq=self._seq,
+                                   next_file=self._next_file)
+
+    def _upload_table(self, f: FileMeta) -> FileMeta:
+        """Copy the local table ``f`` to the object store (a trivial move into a cloud
+        level); return its cloud FileMeta with an open reader."""
+        assert self._cloud is not None
+        cf = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq, None,
+                      CLOUD, self._cloud.epoch)
+        path = os.path.join(self.path, filenames.table_name(f.number))
+        self._cloud.upload(path, cf.object_key)
+        hot = [(f.table.index_keys[i - 1] if i else None, f.table.index_keys[i])
+               for i, b in enumerate(f.table.blocks) if b is not None]
+        self._meta_cache.put(f.number, f.table.meta())
+        self._fill_cache(f.number, f.table, hot)
+        cf.table = self._open_table(cf)
+        return cf
+
+    def _adopt_upload(self, f: FileMeta, path: str, hot: list[tuple[bytes | None, bytes]]
+                      ) -> None:
+        """A compaction uploaded ``path`` as ``f``: keep its metadata and its hot blocks
+        locally, drop the local copy, open the cloud reader."""
+        local = Table(f.number, LocalFile(path), None, path)
+        try:
+            self._meta_cache.put(f.number, local.meta())
+            self._fill_cache(f.number, local, hot)
+        finally:
+            local.close()
+            os.unlink(path)
+        f.table = self._open_table(f)
+
+    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes | None, bytes]]:
+        """Key ranges of the inputs' blocks that are cached (in memory or in the data
+        cache): compaction-aware caching keeps these hot in the output."""
+        ranges = []
+        for _, f in c.inputs:
+            t = f.table
+            cached = {i for i, b in enumerate(t.blocks) if b is not None}
+            if f.tier == CLOUD:
+                cached.update(self._data_cache.cached_blocks(f.number))
+            for i in cached:
+                ranges.append((t.index_keys[i - 1] if i else None, t.index_keys[i]))
+        # Union into disjoint ranges, sorted: then both ends increase together.
+        ranges.sort(key=lambda r: (r[0] is not None, r[0] or b""))
+        merged: list[tuple[bytes | None, bytes]] = []
+        for lo, hi in ranges:
+            if merged and (lo is None or lo <= merged[-1][1]):
+                if hi > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], hi)
+            else:
+                merged.append((lo, hi))
+        return merged
+
+    def _fill_cache(self, number: int, t: Table,
+                    hot: list[tuple[bytes | None, bytes]]) -> None:
+        """Put the blocks of ``t`` that overlap ``hot`` ranges (disjoint, sorted; each
+        ``(lo, hi]``) in the data cache, from bytes we have locally (no fetch)."""
+        if not hot:
+            return
+        his = [h for _, h in hot]
+        filled = 0
+        for j, sep in enumerate(t.index_keys):
+            lo = t.index_keys[j - 1] if j else None  # block j holds keys in (lo, sep]
+            i = bisect_right(his, lo) if lo is not None else 0
+            # the first hot range ending after lo overlaps if it starts before sep
+            if i < len(hot) and (hot[i][0] is None or hot[i][0] < sep):
+                self._data_cache.put(number, j, t._fetch(j), force=True)
+                filled += 1
+        self._stats["cache_fills_by_compaction"] += filled
+
+    def _retire_object(self, f: FileMeta) -> None:
+        """Delete ``f``'s object once no reader holds its table (old versions in use)."""
+        self._dead_objects.append((f.object_key, f.number, weakref.ref(f.table)))
+
+    def _collect_dead_objects(self, force: bool = False) -> None:
+        keep = []
+        for key, number, ref in self._dead_objects:
+            if force or ref() is None:
+                try:
+                    self._cloud.delete(key)  # type: ignore[union-attr]
+                except Error:
+                    keep.append((key, number, ref))  # retry later
+                    continue
+                self._data_cache.drop_table(number)
+                self._meta_cache.delete(number)
+            else:
+                keep.append((key, number, ref))
+        self._dead_objects = keep
+
+    def _collect_garbage_objects(self) -> None:
+        """Delete table objects no version names (a crashed compaction's uploads, or a
+        fenced writer's). Only after this writer's first publish: from then on no older
+        writer can make the mirror name them."""
+        assert self._cloud is not None
+        live = {f.object_key for _, f in self._version.files() if f.tier == CLOUD}
+        for key in self._cloud.table_keys():
+            if key not in live:
+                self._cloud.delete(key)
+        numbers = {f.number for _, f in self._version.files() if f.tier == CLOUD}
+        for n in self._meta_cache.numbers():
+            if n not in numbers:
+                self._meta_cache.delete(n)
 
     def _fail(self, e: BaseException) -> None:
         if self._closing:
@@ -833,6 +1030,23 @@ class DB:
                                 "hits": self._cache.hits, "misses": self._cache.misses},
                 "background_error": repr(self._bg_error) if self._bg_error else None,
             })
+            if self._cloud is not None:
+                cloud_files = [f for _, f in v.files() if f.tier == CLOUD]
+                cloud_bytes = sum(f.size for f in cloud_files)
+                meta_bytes = self._meta_cache.total_bytes()
+                out["cloud"] = {
+                    "epoch": self._cloud.epoch,
+                    "first_cloud_level": first_cloud_level(v, self.options),
+                    "local_table_bytes": out["table_bytes"] - cloud_bytes,
+                    "cloud_table_bytes": cloud_bytes,
+                    "cloud_tables": len(cloud_files),
+                    "meta_cache_bytes": meta_bytes,
+                    "meta_bytes_pct_of_cloud": (100.0 * meta_bytes / cloud_bytes
+                                                if cloud_bytes else 0.0),
+                    "data_cache": self._data_cache.stats(),
+                    "object_store": self._cloud.metered.snapshot(),
+                    "objects_waiting_deletion": len(self._dead_objects),
+                }
         return out
 
     def close(self) -> None:
@@ -856,6 +1070,20 @@ class DB:
             self._old_wals = []
         self._manifest.close()
         self._cache.clear()
+        for _, f in self._version.files():  # live iterators on them now raise ClosedError
+            f.table.close()
+        if self._cloud is not None:
+            try:
+                self._collect_dead_objects(force=True)
+            except Error:
+                pass  # left for the garbage collection at the next open
+        self._release()
+
+    def _release(self) -> None:
+        """Close the caches and the store and drop the lock (also after a failed open)."""
+        if getattr(self, "_cloud", None) is not None:
+            self._data_cache.close()
+            self._cloud.close()
         self._file_lock.release()
 
     def __enter__(self) -> "DB":

@@ -12,7 +12,7 @@ import fcntl
 import os
 from typing import Protocol
 
-from .errors import Error, LockedError
+from .errors import ClosedError, Error, LockedError
 
 __all__ = ["RandomAccessFile", "LocalFile", "FileLock", "write_file_atomic", "fsync_dir",
            "write_all"]
@@ -45,7 +45,10 @@ class LocalFile:
         self._size = os.fstat(self._fd).st_size
 
     def read(self, offset: int, size: int) -> bytes:
-        return os.pread(self._fd, size, offset)
+        fd = self._fd
+        if fd < 0:
+            raise ClosedError(f"{self.path}: file is closed (database closed?)")
+        return os.pread(fd, size, offset)
 
     def size(self) -> int:
         return self._size

@@ -18,7 +18,7 @@ import heapq
 import os
 from bisect import bisect_left
 from itertools import chain
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .env import LocalFile
 from .table import Table
@@ -142,22 +142,75 @@ def flush_segment(*, segment_path: str, table_path: str, opts: dict,
     return {"table": table, "last_seq": last_seq, "torn": seg.torn}
 
 
-def compact(*, runs: list[list[str]], out_dir: str, out_prefix: str, opts: dict,
-            snapshots: list[int], bottommost: bool, target_file_size: int) -> list[TableInfo]:
-    """Merge sorted runs of tables into new tables named ``<out_prefix>-<i>.sst.tmp``.
+_stores: dict[str, Any] = {}
 
-    Each run is a list of table paths in key order whose ranges do not overlap (one
-    level-0 file, or consecutive files of one level). The caller renames the outputs to
-    their final numbers and installs them.
+
+def _store(spec: Any) -> Any:
+    """The object store a job talks to: an ObjectStore given in-process, or opened (once
+    per worker process) from a ``CloudTier.worker_spec()`` dict."""
+    if spec is None or not isinstance(spec, dict):
+        return spec
+    import json
+
+    import cloudtier
+
+    key = json.dumps(spec, sort_keys=True, default=str)
+    store = _stores.get(key)
+    if store is None:
+        store = cloudtier.open_store(spec["url"], **spec["options"])
+        if spec["retries"]:
+            store = cloudtier.RetryingStore(
+                store, cloudtier.RetryPolicy(max_attempts=spec["retries"] + 1))
+        _stores[key] = store
+    return store
+
+
+def _open_input(src: dict, store: Any) -> Table:
+    """A table to read: ``{"path": local path}`` or ``{"key": object key, "size": bytes}``."""
+    if "path" in src:
+        return Table(0, LocalFile(src["path"]), None, os.path.basename(src["path"]))
+    from .cloud import CloudFile
+
+    return Table(0, CloudFile(store, src["key"], src["size"]), None, src["key"])
+
+
+def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
+            snapshots: list[int], bottommost: bool, target_file_size: int,
+            store: Any = None, upload_keys: list[str] | None = None) -> list[TableInfo]:
+    """Merge sorted runs of tables into new tables at ``out_paths`` (in order).
+
+    Each run is a list of table sources in key order whose ranges do not overlap (one
+    level-0 file, or consecutive files of one level); a source is a local path or an
+    object in ``store``. With ``upload_keys``, output i is also uploaded to
+    ``upload_keys[i]`` once finished (the local file stays for the caller). The caller
+    allocated more output paths than the job can need; running out raises.
     """
+    st = _store(store)
     tables = []
     try:
         for run in runs:
-            tables.append([Table(0, LocalFile(p), None, os.path.basename(p)) for p in run])
+            tables.append([_open_input(src, st) for src in run])
         sources = [chain.from_iterable(t.entries() for t in run) for run in tables]
         merged = sources[0] if len(sources) == 1 else heapq.merge(*sources)
-        paths = (os.path.join(out_dir, f"{out_prefix}-{i}.sst.tmp") for i in range(1 << 30))
-        return _write_tables(merged, paths, opts, snapshots, bottommost, target_file_size)
+
+        def paths() -> Iterator[str]:
+            yield from out_paths
+            raise RuntimeError("compaction produced more tables than file numbers allocated")
+
+        infos = _write_tables(merged, paths(), opts, snapshots, bottommost, target_file_size)
+        if upload_keys is not None:
+            from cloudtier import StoreError
+
+            from .cloud import store_errors
+
+            for info, key in zip(infos, upload_keys):
+                with open(info.path, "rb") as f:
+                    data = f.read()
+                try:
+                    st.put(key, data)
+                except StoreError as e:
+                    raise store_errors(f"uploading {key}", e) from e
+        return infos
     finally:
         for run in tables:
             for t in run:

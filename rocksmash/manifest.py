@@ -35,6 +35,8 @@ class ManifestState:
     log_number: int
     next_file: int
     last_seq: int
+    #: Cloud tier: epoch of the writer session that created this manifest (0: none).
+    epoch: int = 0
 
 
 def _valid_edit(payload: bytes) -> bool:
@@ -82,7 +84,8 @@ def load_manifest(dirpath: str) -> ManifestState | None:
         if edit.last_seq is not None:
             last_seq = edit.last_seq
     version.check()
-    return ManifestState(parsed[1], version, log_number, next_file, last_seq)
+    return ManifestState(parsed[1], version, log_number, next_file, last_seq,
+                         first.epoch or 0)
 
 
 class Manifest:
@@ -96,11 +99,12 @@ class Manifest:
 
     @classmethod
     def create(cls, dirpath: str, number: int, version: Version, *, log_number: int,
-               next_file: int, last_seq: int) -> "Manifest":
+               next_file: int, last_seq: int, epoch: int = 0) -> "Manifest":
         """Write a new manifest holding a snapshot of ``version`` and make it CURRENT."""
         snapshot = VersionEdit(added=list(version.files()), log_number=log_number,
                                next_file=next_file, last_seq=last_seq,
-                               format_version=FORMAT_VERSION, num_levels=version.num_levels)
+                               format_version=FORMAT_VERSION, num_levels=version.num_levels,
+                               epoch=epoch or None)
         path = os.path.join(dirpath, manifest_name(number))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:

@@ -88,11 +88,12 @@ class Memtable:
         return None
 
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
-             lock: threading.Lock | None) -> Iterator[tuple[bytes, int, bytes | None]]:
-        """Yield ``(key, -seq, value)`` of visible versions in [start, end), in key order.
+             lock: threading.Lock | None) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """Chunks of visible versions in [start, end) for merge.py (ascending chunks, or
+        descending chunks when ``reverse``; each chunk ascending inside).
 
-        Reads in chunks and re-seeks after each one, so writes in between are safe; pass
-        the writers' ``lock`` for the active memtable (None for a sealed one).
+        Reads keys in chunks and re-seeks after each one, so writes in between are safe;
+        pass the writers' ``lock`` for the active memtable (None for a sealed one).
         """
         lo, hi = start, end
         lo_incl = True
@@ -104,10 +105,16 @@ class Memtable:
             else:
                 with self.fold_lock:
                     chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse)
-            for key in chunk:
+            if not chunk:
+                return
+            keys: list[bytes] = []
+            values: list[bytes | None] = []
+            for key in reversed(chunk) if reverse else chunk:
                 e = self.visible(key, seq)
                 if e is not None:
-                    yield key, -e[0], e[1]
+                    keys.append(key)
+                    values.append(e[1])
+            yield keys, values
             if len(chunk) < _CHUNK:
                 return
             if reverse:

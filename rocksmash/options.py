@@ -89,6 +89,26 @@ class Options:
     create_if_missing: bool = True
     error_if_exists: bool = False
 
+    # --- the cloud tier (all ignored without ``object_store``) ---
+    # Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``,
+    # ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``.
+    object_store: Any = None
+    # Keyword options for ``cloudtier.open_store`` (endpoint_url, region, credentials...).
+    object_store_options: dict = field(default_factory=dict)
+    # Attempts after the first for a failed object-store request (with backoff, jitter).
+    object_store_retries: int = 5
+    # Bytes of tables kept on local disk: a size, or a percentage of all table bytes
+    # ("10%"). Levels that do not fit go to the object store, deepest first.
+    local_budget: Any = "10%"
+    # Local persistent cache of cloud data blocks (the DataCache).
+    cache_size: int = _size(256 << 20)
+    # Cloud tables are larger (fewer objects and requests) and compressed harder.
+    cloud_target_file_size: int = _size(32 << 20)
+    cloud_compression: str = "zstd"
+    # Compaction writes the hot parts of its cloud output straight into the DataCache
+    # (it has the bytes), so hot keys stay cached across compactions.
+    compaction_aware_cache: bool = True
+
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
         """Parse and check keyword options; unknown names raise InvalidArgumentError."""
@@ -137,3 +157,24 @@ class Options:
             raise InvalidArgumentError("l0_stop_writes_trigger must be >= l0_compaction_trigger")
         if self.max_key_size > 1 << 30 or self.max_value_size > 1 << 30:
             raise InvalidArgumentError("max_key_size and max_value_size are limited to 1GiB")
+        if self.cloud_compression not in COMPRESSIONS:
+            raise InvalidArgumentError(f"cloud_compression: expected one of "
+                                       f"{', '.join(COMPRESSIONS)}, got {self.cloud_compression!r}")
+        if not isinstance(self.object_store_options, dict):
+            raise InvalidArgumentError("object_store_options: expected a dict")
+        if not 0 <= self.object_store_retries <= 100:
+            raise InvalidArgumentError("object_store_retries: must be between 0 and 100")
+        self.budget_for(0)  # validates local_budget
+
+    def budget_for(self, total_table_bytes: int) -> int:
+        """The local byte budget when the database holds ``total_table_bytes``."""
+        b = self.local_budget
+        if isinstance(b, str) and b.strip().endswith("%"):
+            try:
+                pct = float(b.strip()[:-1])
+            except ValueError:
+                pct = -1.0
+            if not 0 <= pct <= 100:
+                raise InvalidArgumentError(f"local_budget: bad percentage {b!r}")
+            return int(total_table_bytes * pct / 100)
+        return parse_size(b, "local_budget")

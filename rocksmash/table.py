@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 from .block import Block, TRAILER_SIZE, decode_stored
 from .block_cache import BlockCache
@@ -19,64 +20,126 @@ from .errors import CorruptionError
 from .memtable import MISSING
 from .table_format import FOOTER, FOOTER_SIZE, FORMAT_VERSION, HANDLE, TABLE_MAGIC
 
-__all__ = ["Table"]
+__all__ = ["Table", "TableMeta", "read_table_meta"]
+
+
+@dataclass
+class TableMeta:
+    """Everything a reader needs besides the data blocks (what the MetaCache keeps for
+    cloud tables, so opening one needs no network)."""
+
+    index_keys: list[bytes]
+    offsets: list[int]
+    sizes: list[int]
+    filter: bytes
+    props: dict
+    data_end: int
+
+
+def read_table_meta(file: RandomAccessFile, name: str) -> TableMeta:
+    """Read footer, filter, index and properties of a table (four reads)."""
+    size = file.size()
+    if size < FOOTER_SIZE:
+        raise CorruptionError(f"{name}: file too short ({size} bytes)")
+    (f_off, f_size, i_off, i_size, p_off, p_size, version,
+     magic) = FOOTER.unpack(file.read(size - FOOTER_SIZE, FOOTER_SIZE))
+    if magic != TABLE_MAGIC:
+        raise CorruptionError(f"{name}: bad magic (not a table, or truncated)")
+    if version > FORMAT_VERSION:
+        raise CorruptionError(f"{name}: table format {version} is newer than this "
+                              f"rocksmash understands ({FORMAT_VERSION})")
+    for off, sz in ((f_off, f_size), (i_off, i_size), (p_off, p_size)):
+        if off + sz + TRAILER_SIZE > size - FOOTER_SIZE:
+            raise CorruptionError(f"{name}: footer points outside the file")
+
+    def read(off: int, sz: int, what: str) -> bytes:
+        stored = file.read(off, sz + TRAILER_SIZE)
+        if len(stored) != sz + TRAILER_SIZE:
+            raise CorruptionError(f"{name}: {what} block cut short")
+        return decode_stored(memoryview(stored), f"{name} {what}")
+
+    filter_data = read(f_off, f_size, "filter")
+    index = Block(read(i_off, i_size, "index"))
+    offsets, sizes = [], []
+    for i in range(len(index)):
+        off, sz = HANDLE.unpack(index.value(i) or b"")
+        offsets.append(off)
+        sizes.append(sz)
+    try:
+        props = json.loads(read(p_off, p_size, "properties"))
+        int(props["max_seq"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptionError(f"{name}: bad properties block ({e})") from None
+    return TableMeta(index.keys, offsets, sizes, filter_data, props, f_off)
 
 
 class Table:
-    """An open table. Thread-safe for reads; ``file`` is owned (closed with the table)."""
+    """An open table. Thread-safe for reads; ``file`` is owned (closed with the table).
 
-    __slots__ = ("number", "file", "cache", "index_keys", "offsets", "sizes", "nblocks",
-                 "filter", "fwords", "fnwords", "fmasks", "props", "max_seq", "name",
-                 "data_end", "blocks", "refs", "__weakref__")
+    ``meta`` (from the MetaCache) spares the reads of the table's metadata; ``data_cache``
+    (cloud tables) is a persistent second-level cache of stored blocks between the
+    in-memory block cache and ``file``.
+    """
+
+    __slots__ = ("number", "file", "cache", "data_cache", "index_keys", "offsets", "sizes",
+                 "nblocks", "filter", "fwords", "fnwords", "fmasks", "props", "max_seq",
+                 "name", "data_end", "blocks", "refs", "unique", "__weakref__")
 
     def __init__(self, number: int, file: RandomAccessFile, cache: BlockCache | None,
-                 name: str = "") -> None:
+                 name: str = "", meta: TableMeta | None = None,
+                 data_cache: Any = None) -> None:
         self.number = number
         self.file = file
         self.cache = cache
+        self.data_cache = data_cache
         self.name = name or f"table {number}"
-        size = file.size()
-        if size < FOOTER_SIZE:
-            raise CorruptionError(f"{self.name}: file too short ({size} bytes)")
-        (f_off, f_size, i_off, i_size, p_off, p_size, version,
-         magic) = FOOTER.unpack(file.read(size - FOOTER_SIZE, FOOTER_SIZE))
-        if magic != TABLE_MAGIC:
-            raise CorruptionError(f"{self.name}: bad magic (not a table, or truncated)")
-        if version > FORMAT_VERSION:
-            raise CorruptionError(f"{self.name}: table format {version} is newer than this "
-                                  f"rocksmash understands ({FORMAT_VERSION})")
-        for off, sz in ((f_off, f_size), (i_off, i_size), (p_off, p_size)):
-            if off + sz + TRAILER_SIZE > size - FOOTER_SIZE:
-                raise CorruptionError(f"{self.name}: footer points outside the file")
-        self.filter = BloomFilter(self._read(f_off, f_size, "filter"))
+        if meta is None:
+            meta = read_table_meta(file, self.name)
+        self.filter = BloomFilter(meta.filter)
         # The filter's parts, flattened for the read path (see bloom.py for the probe).
         self.fwords, self.fnwords, self.fmasks = (self.filter.words, self.filter.nwords,
                                                   self.filter.masks)
-        index = Block(self._read(i_off, i_size, "index"))
-        self.index_keys = index.keys
-        self.nblocks = len(index.keys)
-        offsets, sizes = [], []
-        for i in range(self.nblocks):
-            off, sz = HANDLE.unpack(index.value(i) or b"")
-            offsets.append(off)
-            sizes.append(sz)
-        self.offsets = offsets
-        self.sizes = sizes
-        self.data_end = f_off
+        self.index_keys = meta.index_keys
+        self.nblocks = len(meta.index_keys)
+        self.offsets = meta.offsets
+        self.sizes = meta.sizes
+        self.data_end = meta.data_end
+        self.props = meta.props
+        self.max_seq = int(meta.props["max_seq"])
+        #: One version per key (no snapshot kept older ones): scans take the fast path.
+        self.unique = meta.props.get("count") == meta.props.get("distinct_keys")
         #: Cached decoded blocks and their CLOCK reference flags (owned by ``cache``).
         self.blocks: list[Block | None] = [None] * self.nblocks
         self.refs = bytearray(self.nblocks)
-        try:
-            self.props = json.loads(self._read(p_off, p_size, "properties"))
-            self.max_seq = int(self.props["max_seq"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptionError(f"{self.name}: bad properties block ({e})") from None
 
-    def _read(self, off: int, size: int, what: str) -> bytes:
-        stored = self.file.read(off, size + TRAILER_SIZE)
-        if len(stored) != size + TRAILER_SIZE:
-            raise CorruptionError(f"{self.name}: {what} block cut short")
-        return decode_stored(memoryview(stored), f"{self.name} {what}")
+    def meta(self) -> TableMeta:
+        return TableMeta(self.index_keys, self.offsets, self.sizes, self.filter.data,
+                         self.props, self.data_end)
+
+    def _fetch(self, i: int) -> bytes:
+        """Stored bytes (block + trailer) of data block ``i`` from the file."""
+        n = self.sizes[i] + TRAILER_SIZE
+        stored = self.file.read(self.offsets[i], n)
+        if len(stored) != n:
+            raise CorruptionError(f"{self.name}: block {i} cut short")
+        return stored
+
+    def _load(self, i: int) -> Block:
+        """Decode data block ``i``, through the data cache when there is one."""
+        what = f"{self.name} block {i}"
+        dc = self.data_cache
+        if dc is None:
+            return Block(decode_stored(memoryview(self._fetch(i)), what))
+        stored = dc.get(self.number, i)
+        if stored is not None:
+            try:
+                return Block(decode_stored(memoryview(stored), what))
+            except CorruptionError:
+                pass  # a damaged cache entry: fetch the block again
+        stored = self._fetch(i)
+        blk = Block(decode_stored(memoryview(stored), what))
+        dc.put(self.number, i, stored)
+        return blk
 
     def block(self, i: int) -> Block:
         """Data block ``i``, from the cache when it is there."""
@@ -85,7 +148,7 @@ class Table:
             self.refs[i] = 1
             self.cache.hits += 1  # type: ignore[union-attr]
             return blk
-        blk = Block(self._read(self.offsets[i], self.sizes[i], f"block {i}"))
+        blk = self._load(i)
         return blk if self.cache is None else self.cache.insert(self, i, blk)
 
     def get(self, key: bytes, seq: int) -> object:
@@ -122,22 +185,47 @@ class Table:
         voffs = blk.voffs
         return blk.raw[base + voffs[j]:base + voffs[j + 1]]
 
+    def _chunk(self, blk: Block, lo: int, hi: int, seq: int
+               ) -> tuple[list[bytes], list[bytes | None]]:
+        """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key."""
+        if self.unique and seq >= self.max_seq:
+            # Fast path (the common case): one version per key, all visible.
+            raw, base = blk.raw, blk.vbase
+            offs = blk.voffs[lo:hi + 1].tolist()
+            values: list[bytes | None] = [raw[base + a:base + b]
+                                          for a, b in zip(offs, offs[1:])]
+            kinds = blk.kinds[lo:hi]
+            if 0 in kinds:
+                for j, kind in enumerate(kinds):
+                    if not kind:
+                        values[j] = None
+            return blk.keys[lo:hi], values
+        keys: list[bytes] = []
+        vals: list[bytes | None] = []
+        bkeys, seqs = blk.keys, blk.seqs
+        for j in range(lo, hi):
+            key = bkeys[j]
+            if seqs[j] > seq or (keys and keys[-1] == key):
+                continue  # too new for this reader, or an older version of the same key
+            keys.append(key)
+            vals.append(blk.value(j))
+        return keys, vals
+
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool,
-             seq: int) -> Iterator[tuple[bytes, int, bytes | None]]:
-        """Yield ``(key, -seq, value)`` for versions <= ``seq`` with start <= key < end."""
+             seq: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+        """Chunks (one per block) of keys in [start, end) as seen at ``seq``, for
+        merge.py: ascending chunks, or descending chunks when ``reverse``."""
         index_keys = self.index_keys
         n = self.nblocks
         if not reverse:
             i = 0 if start is None else bisect_left(index_keys, start)
             while i < n:
                 blk = self.block(i)
-                keys, seqs = blk.keys, blk.seqs
-                lo = 0 if start is None else bisect_left(keys, start)
+                keys = blk.keys
+                lo = 0 if start is None or i and index_keys[i - 1] >= start else \
+                    bisect_left(keys, start)
                 hi = len(keys) if end is None else bisect_left(keys, end)
-                for j in range(lo, hi):
-                    s = seqs[j]
-                    if s <= seq:
-                        yield keys[j], -s, blk.value(j)
+                yield self._chunk(blk, lo, hi, seq)
                 if hi < len(keys):
                     return
                 i += 1
@@ -145,13 +233,11 @@ class Table:
             i = n - 1 if end is None else min(bisect_left(index_keys, end), n - 1)
             while i >= 0:
                 blk = self.block(i)
-                keys, seqs = blk.keys, blk.seqs
+                keys = blk.keys
                 lo = 0 if start is None else bisect_left(keys, start)
                 hi = len(keys) if end is None else bisect_left(keys, end)
-                for j in range(hi - 1, lo - 1, -1):
-                    s = seqs[j]
-                    if s <= seq:
-                        yield keys[j], -s, blk.value(j)
+                if lo < hi:
+                    yield self._chunk(blk, lo, hi, seq)
                 if lo > 0:
                     return
                 i -= 1

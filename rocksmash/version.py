@@ -16,12 +16,22 @@ from typing import Any, Iterable
 
 from .errors import CorruptionError
 
-__all__ = ["FileMeta", "Version", "VersionEdit"]
+__all__ = ["FileMeta", "Version", "VersionEdit", "LOCAL", "CLOUD"]
+
+
+#: Where a table lives: a local file ``<number>.sst``, or an object in the object store.
+LOCAL = 0
+CLOUD = 1
 
 
 @dataclass(eq=False, slots=True)
 class FileMeta:
-    """One table file in a version. ``table`` is its open reader (main process only)."""
+    """One table file in a version. ``table`` is its open reader (main process only).
+
+    A cloud table's object key is ``tables/<number>-e<epoch>.sst``: the epoch of the
+    writer that made it, so two writers (one fenced) can never overwrite each other's
+    objects even though both allocate file numbers from the same counter.
+    """
 
     number: int
     size: int
@@ -30,6 +40,18 @@ class FileMeta:
     min_seq: int
     max_seq: int
     table: Any = None
+    tier: int = LOCAL
+    epoch: int = 0
+
+    @property
+    def object_key(self) -> str:
+        return f"tables/{self.number:06d}-e{self.epoch}.sst"
+
+    def moved(self, tier: int | None = None) -> "FileMeta":
+        """A copy for another level (same file), optionally recorded on another tier."""
+        return FileMeta(self.number, self.size, self.smallest, self.largest, self.min_seq,
+                        self.max_seq, self.table, self.tier if tier is None else tier,
+                        self.epoch)
 
     def overlaps(self, lo: bytes | None, hi: bytes | None) -> bool:
         """True if the file's key range meets [lo, hi] (both inclusive; None = unbounded)."""
@@ -128,6 +150,8 @@ class VersionEdit:
     #: Set only in the first record of a manifest (the full snapshot).
     format_version: int | None = None
     num_levels: int | None = None
+    #: Cloud tier: the writer epoch of the session that wrote this manifest.
+    epoch: int | None = None
 
     def encode(self) -> bytes:
         import json
@@ -138,11 +162,12 @@ class VersionEdit:
             d["num_levels"] = self.num_levels
         if self.added:
             d["add"] = [[lvl, f.number, f.size, f.smallest.hex(), f.largest.hex(),
-                         f.min_seq, f.max_seq] for lvl, f in self.added]
+                         f.min_seq, f.max_seq] + ([f.tier, f.epoch] if f.tier else [])
+                        for lvl, f in self.added]
         if self.deleted:
             d["del"] = [[lvl, n] for lvl, n in self.deleted]
         for key, value in (("log", self.log_number), ("next", self.next_file),
-                           ("seq", self.last_seq)):
+                           ("seq", self.last_seq), ("epoch", self.epoch)):
             if value is not None:
                 d[key] = value
         return json.dumps(d, separators=(",", ":")).encode()
@@ -154,11 +179,13 @@ class VersionEdit:
             d = json.loads(payload)
             edit = cls(
                 added=[(int(a[0]), FileMeta(int(a[1]), int(a[2]), bytes.fromhex(a[3]),
-                                            bytes.fromhex(a[4]), int(a[5]), int(a[6])))
+                                            bytes.fromhex(a[4]), int(a[5]), int(a[6]),
+                                            None, *map(int, a[7:9])))
                        for a in d.get("add", ())],
                 deleted=[(int(x[0]), int(x[1])) for x in d.get("del", ())],
                 log_number=d.get("log"), next_file=d.get("next"), last_seq=d.get("seq"),
-                format_version=d.get("format_version"), num_levels=d.get("num_levels"))
+                format_version=d.get("format_version"), num_levels=d.get("num_levels"),
+                epoch=d.get("epoch"))
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise CorruptionError(f"manifest: malformed version edit ({e})") from None
         return edit

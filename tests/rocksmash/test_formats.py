@@ -131,7 +131,8 @@ def test_table_round_trip(tmp_path_factory, items, block_size):
         assert t.get(k, 1 << 60) == items[k]
         assert t.get(k, i) is MISSING  # older than the only version
     assert t.get(keys[-1] + b"\x00", 1 << 60) is MISSING
-    assert [(k, v) for k, _, v in t.scan(None, None, False, 1 << 60)] == [(k, items[k]) for k in keys]
-    assert [k for k, _, _ in t.scan(None, None, True, 1 << 60)] == keys[::-1]
+    assert [(k, v) for ks, vs in t.scan(None, None, False, 1 << 60)
+            for k, v in zip(ks, vs)] == [(k, items[k]) for k in keys]
+    assert [k for ks, _ in t.scan(None, None, True, 1 << 60) for k in ks[::-1]] == keys[::-1]
     assert [k for k, _, _ in t.entries()] == keys
     t.close()
