@@ -1,0 +1,129 @@
+"""The command line: node, cluster up/down, status, put/get/delete/scan."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bespokv.cli import render_status
+from bespokv.proto import bespokv_pb2 as pb
+from bespokv.testing import LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = str(Path(__file__).resolve().parents[2])
+HERE = str(Path(__file__).resolve().parent)
+
+
+def bespokv(*args: str, check: bool = True, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-m", "bespokv", *args], capture_output=True, text=True, env=e, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"bespokv {' '.join(args)} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@pytest.mark.slow
+def test_cluster_up_detached_and_quick_commands(tmp_path):
+    d = str(tmp_path / "c")
+    out = bespokv("cluster", "up", "--nodes", "3", "--replicas", "3", "--mode", "aa-sc", "--datalet", "rocksdb",
+                  "--dir", d, "--detach").stdout
+    assert "detached" in out
+    try:
+        cfg = ["--config", os.path.join(d, "cluster.toml")]
+        assert bespokv("put", "greeting", "hello world", *cfg).stdout.strip() == "OK"
+        assert bespokv("get", "greeting", *cfg).stdout.strip() == "hello world"
+        missing = bespokv("get", "nope", *cfg, check=False)
+        assert missing.returncode == 1 and "not found" in missing.stderr
+        bespokv("put", "a1", "x", *cfg)
+        bespokv("put", "--hex", "6132", "7879", *cfg)  # a2 = xy
+        assert bespokv("scan", "a", "b", *cfg).stdout.splitlines() == ["a1\tx", "a2\txy"]
+        assert bespokv("scan", "--reverse", "--limit", "1", *cfg).stdout.splitlines() == ["greeting\thello world"]
+        bespokv("delete", "a1", *cfg)
+        assert bespokv("scan", "a", "b", *cfg).stdout.splitlines() == ["a2\txy"]
+        status = bespokv("status", *cfg).stdout
+        assert "nodes 3/3 up" in status and "aa-sc" in status and "rocksdb" in status
+        assert "SHARD" in status and "NODE" in status
+        addr = status.split("n1", 1)[1].split()[0]
+        assert bespokv("get", "greeting", "--addr", addr).stdout.strip() == "hello world"
+        assert bespokv("status", "--json", *cfg).stdout.lstrip().startswith("{")
+        again = bespokv("cluster", "up", "--dir", d, "--detach", check=False)
+        assert again.returncode == 3 and "already running" in again.stderr
+    finally:
+        down = bespokv("cluster", "down", "--dir", d)
+    assert "stopped" in down.stdout
+    bad = bespokv("get", "greeting", "--config", os.path.join(d, "cluster.toml"), "--timeout", "1", check=False)
+    assert bad.returncode == 3 and "UNAVAILABLE" in bad.stderr
+
+
+@pytest.mark.slow
+def test_cluster_up_foreground_shows_status_and_stops_on_sigint(tmp_path):
+    d = str(tmp_path / "fg")
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "bespokv", "cluster", "up", "--nodes", "2", "--replicas", "2", "--mode", "ms-ec",
+         "--datalet", "plugin_datalet:PlainDictDatalet", "--dir", d, "--interval", "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        seen = ""
+        while "master" not in seen and time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "LAG" in seen, seen
+        assert "plain-dict" in seen and "master" in seen
+    finally:
+        p.send_signal(signal.SIGINT)
+        rest, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, rest[-2000:]
+    assert "stopping cluster" in rest
+
+
+@pytest.mark.slow
+def test_node_stops_cleanly_on_sigterm():
+    with LocalCluster(2, replicas=2, shards=2, mode="ms-sc") as cluster:
+        with cluster.client() as c:
+            c.put(b"k", b"v")
+        assert cluster.stop_node("n2") == 0
+        log = Path(cluster.log_path("n2")).read_text()
+        assert "listening on" in log and "stopping" in log
+
+
+def test_rocksmash_or_redis_unavailable_is_reported(tmp_path, monkeypatch):
+    from bespokv import cli
+
+    monkeypatch.setattr("bespokv.datalets.rocksmash.engine_available", lambda: False)
+    rc = cli.main(["cluster", "up", "--datalet", "rocksmash", "--dir", str(tmp_path), "--detach"])
+    assert rc == 3
+
+
+def test_no_cluster_given(tmp_path, monkeypatch, capsys):
+    from bespokv import cli
+
+    monkeypatch.delenv("BESPOKV_CONFIG", raising=False)
+    monkeypatch.delenv("BESPOKV_ADDR", raising=False)
+    monkeypatch.setattr(cli, "DEFAULT_DIR", str(tmp_path / "none"))
+    with pytest.raises(SystemExit, match="no cluster given"):
+        cli.main(["get", "k"])
+
+
+def test_render_status():
+    st = pb.ClusterStatusResponse(cluster="demo", epoch=1)
+    n1 = st.nodes.add(id="n1", address="127.0.0.1:1", up=True, pid=42, uptime_s=75, datalet="memory")
+    n1.counters["get"] = 10
+    s = n1.shards.add(shard=0, mode="ms-sc", role="head", ready=True, seq=12)
+    s.lag["n2"] = 3
+    st.nodes.add(id="n2", address="127.0.0.1:2", up=False, error="UNAVAILABLE: refused")
+    text = render_status(st)
+    assert "nodes 1/2 up" in text and "n1:head 12" in text and "n1->n2:3" in text
+    assert "DOWN" in text and "refused" in text and "75s" in text

@@ -1,0 +1,127 @@
+"""The client library: routing, pipelining, scans over shards, sync and asyncio; and the
+server-side forwarding that lets a plain gRPC client use any node."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import pytest
+
+from bespokv.client import AsyncClient, Client
+from bespokv.errors import InvalidArgumentError, UnavailableError
+from bespokv.proto import bespokv_pb2 as pb
+from bespokv.proto import bespokv_pb2_grpc as pbg
+from bespokv.testing import InProcessCluster, ThreadedCluster, free_port, make_config
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ThreadedCluster(make_config(3, replicas=2, shards=5, mode="ms-sc")) as tc:
+        yield tc
+
+
+def test_sync_api(cluster):
+    with cluster.client() as c:
+        c.put("text-key", "text-value")  # str is encoded as UTF-8
+        assert c.get(b"text-key") == b"text-value"
+        c.delete("text-key")
+        assert c.get("text-key") is None
+        with pytest.raises(InvalidArgumentError):
+            c.put(1, b"v")  # type: ignore[arg-type]
+        keys = [b"s%03d" % i for i in range(200)]
+        c.put_many((k, k[::-1]) for k in keys)
+        assert c.get_many(keys) == [k[::-1] for k in keys]
+        # scans merge all shards in key order
+        assert [k for k, _ in c.scan(b"s", b"t")] == keys
+        assert [k for k, _ in c.scan(b"s050", b"s060", reverse=True)] == keys[50:60][::-1]
+        assert [k for k, _ in c.scan(b"s", b"t", limit=7)] == keys[:7]
+        shards = {c.shard_map().shard_for(k) for k in keys}
+        assert len(shards) == 5
+        # a batch spanning shards is split per shard (atomic within each)
+        c.write_batch([(k, None) for k in keys[:100]] + [(b"s999", b"z")])
+        assert [k for k, _ in c.scan(b"s", b"t")] == keys[100:] + [b"s999"]
+
+
+def test_sync_client_is_thread_safe(cluster):
+    with cluster.client() as c:
+        def work(t):
+            for i in range(100):
+                c.put(b"t%d-%d" % (t, i), b"%d" % i)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(1 for _ in c.scan(b"t", b"u")) == 400
+
+
+def test_async_client_pipelines():
+    async def main():
+        cfg = make_config(3, replicas=3, shards=3, mode="aa-sc")
+        async with InProcessCluster(cfg) as cl:
+            async with cl.client() as c:
+                n = 600
+                await asyncio.gather(*(c.put(b"p%04d" % i, b"v%d" % i) for i in range(n)))
+                got = await asyncio.gather(*(c.get(b"p%04d" % i) for i in range(n)))
+                assert got == [b"v%d" % i for i in range(n)]
+                batches = sum(b.batches for b in c._batchers.values())
+                items = sum(b.items for b in c._batchers.values())
+                assert items == 2 * n and batches < items / 5  # many operations per RPC
+                pairs = [kv async for kv in c.scan(b"p", b"q", limit=10)]
+                assert [k for k, _ in pairs] == [b"p%04d" % i for i in range(10)]
+
+    asyncio.run(main())
+
+
+def test_unbatched_client(cluster):
+    with Client([n.address for n in cluster.config.nodes], batching=False) as c:
+        c.put(b"u", b"1")
+        assert c.get(b"u") == b"1"
+        assert c.cas(b"u", b"1", b"2").succeeded
+        c.write_batch([(b"u", None)])
+        assert c.get(b"u") is None
+
+
+def test_seeds_may_be_down(cluster):
+    dead = f"127.0.0.1:{free_port()}"
+    with Client([dead, cluster.config.nodes[1].address], retries=2) as c:
+        c.put(b"seed", b"ok")
+        assert c.get(b"seed") == b"ok"
+    with pytest.raises(UnavailableError):
+        Client([dead], retries=1, timeout=1.0)
+
+
+def test_replica_level_reads(cluster):
+    with cluster.client() as c:
+        c.put(b"local", b"v")
+        info = c.shard_map().shard_of_key(b"local")
+        for node in info.replicas:
+            assert c.get_local(node, b"local") == b"v"
+            assert (b"local", b"v") in c.scan_local(node, info.id)
+
+
+@pytest.mark.parametrize("mode", ["ms-sc", "ms-ec", "aa-sc", "aa-ec"])
+def test_any_node_serves_any_key(mode):
+    """A client that knows nothing of shards may call any node: it forwards."""
+    cfg = make_config(4, replicas=2, shards=4, mode=mode)
+    with ThreadedCluster(cfg) as tc:
+        stubs = [pbg.KVStub(grpc.insecure_channel(n.address)) for n in cfg.nodes]
+        for i in range(20):
+            stubs[i % 4].Put(pb.PutRequest(key=b"f%d" % i, value=b"%d" % i))
+        for i in range(20):
+            for s in stubs:
+                r = s.Get(pb.GetRequest(key=b"f%d" % i))
+                if mode.endswith("sc"):
+                    assert r.value == b"%d" % i
+        for s in stubs:
+            s.Batch(pb.BatchRequest(mutations=[pb.Mutation(key=b"f1", delete=True)]))
+        keys = [kv.key for r in stubs[2].Scan(pb.ScanRequest(start=b"f", end=b"g")) for kv in r.pairs]
+        assert keys == sorted(keys) and b"f1" not in keys and len(keys) == 19
+        if mode.startswith("ms"):
+            r = stubs[3].CompareAndSet(pb.CasRequest(key=b"f2", expected=b"2", value=b"two"))
+            assert r.succeeded and r.current == b"2"
+        stats = [n.node_status() for n in tc.nodes.values()]
+        assert sum(s.counters["forwarded"] for s in stats) > 0
