@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "value_size": 100, "compression_ratio": 0.5, "insert_order": "hashed", "seed": 1,
     "load_batch": 1000, "settle": "compact", "warmup_ops": 0, "max_seconds": None,
     "network": "local", "delay_ms": None, "bandwidth": None, "s3_endpoint": None,
-    "local_budget": None, "cache_size": 64 << 20,
+    "local_budget": None, "cache_size": 64 << 20, "repeat": 1,
 }
 
 _EPILOG = """\
@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the run phase after this long (90s, 5m), even if --ops are not done")
     g.add_argument("--trial-timeout", type=_typed(parse_duration, "duration"),
                    help="kill a trial process that takes longer than this (default: no limit)")
+    g.add_argument("--repeat", type=int,
+                   help="run every trial this many times, rotating the system order each time; "
+                        "reports show medians, the throughput spread, and latency from all "
+                        "repetitions (default 1)")
 
     g = y.add_argument_group("object store and network")
     g.add_argument("--network", choices=tuple(NETWORKS),
@@ -203,7 +207,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "load_batch": args.load_batch, "settle": args.settle,
         "warmup_ops": args.warmup_ops, "max_seconds": args.max_seconds, "network": args.network,
         "delay_ms": args.delay_ms, "bandwidth": args.bandwidth, "s3_endpoint": args.s3_endpoint,
-        "local_budget": args.local_budget, "cache_size": args.cache_size,
+        "local_budget": args.local_budget, "cache_size": args.cache_size, "repeat": args.repeat,
     }
     s.update({k: v for k, v in explicit.items() if v is not None})
     if not s["baseline"]:

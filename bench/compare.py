@@ -66,6 +66,7 @@ class Plan:
     isolate: bool = True
     progress: bool = True
     trial_timeout: float | None = None
+    repeat: int = 1
 
     def check(self) -> None:
         """Raise ValueError for anything that would fail later (before running anything)."""
@@ -85,8 +86,8 @@ class Plan:
         for s in self.options:
             if s not in self.systems:
                 raise ValueError(f"--opt for {s!r}, which is not being run")
-        if self.records < 1 or self.ops < 0 or self.threads < 1:
-            raise ValueError("need records >= 1, ops >= 0, threads >= 1")
+        if self.records < 1 or self.ops < 0 or self.threads < 1 or self.repeat < 1:
+            raise ValueError("need records >= 1, ops >= 0, threads >= 1, repeat >= 1")
 
     def stream(self, workload: str) -> StreamConfig:
         return StreamConfig(CORE_WORKLOADS[workload], self.records, self.ops, self.threads,
@@ -168,58 +169,72 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
     budget_bytes = resolve_budget(plan.local_budget, plan.records, plan.key_size, plan.value_size)
     data_root = Path(plan.data_dir or tempfile.gettempdir()) / "bench-data"
     data_root.mkdir(parents=True, exist_ok=True)
-    total = len(plan.workloads) * len(plan.systems)
+    total = len(plan.workloads) * len(plan.systems) * plan.repeat
+    schedule = []
+    for rep in range(plan.repeat):
+        # Rotate the system order each repetition so no system always runs first.
+        k = rep % len(plan.systems)
+        order = plan.systems[k:] + plan.systems[:k]
+        schedule += [(rep, w, s) for w in plan.workloads for s in order]
     with Environment(plan.network, delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
                      endpoint=plan.s3_endpoint, keep_objects=plan.keep_objects) as env:
         doc["environment"] = env.describe()
-        n = 0
-        for w in plan.workloads:
-            stream = plan.stream(w)
-            for s in plan.systems:
-                n += 1
-                log(f"[{n}/{total}] workload {w.upper()} ({CORE_WORKLOADS[w].mix()}, "
-                    f"{stream.resolved_distribution}) on {s}: {format_count(plan.records)} records, "
-                    f"{format_count(plan.ops)} operations, {plan.threads} client(s)")
-                data_dir = Path(tempfile.mkdtemp(prefix=f"{s}-{w}-", dir=data_root))
-                target = env.target(f"{s}-{w}")
-                rcfg = RunnerConfig(data_dir=data_dir, object_store=target,
-                                    local_budget=plan.local_budget if target else None,
-                                    local_budget_bytes=budget_bytes if target else None,
-                                    cache_size=plan.cache_size, options=plan.options.get(s, {}))
-                spec = {"system": s, "stream": stream.to_dict(), "runner": rcfg.to_dict(),
-                        "settle": plan.settle, "load_batch": plan.load_batch,
-                        "warmup_ops": plan.warmup_ops, "max_seconds": plan.max_seconds,
-                        "progress": plan.progress, "env": env.child_env()}
-                before = env.proxy_counters()
-                load_before = metrics.load_average()
-                try:
-                    if plan.isolate:
-                        result = run_isolated(spec, plan.trial_timeout)
-                    else:
-                        from bench.trial import run_trial
-                        result = run_trial(spec)
-                        result["rss"]["note"] = "in-process: RSS includes earlier trials"
-                    result["load_average"] = {"before": load_before, "after": metrics.load_average()}
-                    after = env.proxy_counters()
-                    if before is not None and after is not None:
-                        result["proxy"] = {k: after[k] - before[k] for k in after}
-                    if target is not None:
-                        result["object_store_usage"] = env.usage(target)
-                        env.clear(target)
-                        req = result.get("object_store_requests") or {}
-                        counts: dict[str, int] = {}
-                        for part in (req.get("load") or {}, req.get("run") or {}):
-                            for k, v in part.items():
-                                counts[k] = counts.get(k, 0) + int(v)
-                        result["dollars"] = metrics.dollar_estimate(
-                            counts or None, result["object_store_usage"]["bytes"])
-                finally:
-                    if not plan.keep_data:
-                        shutil.rmtree(data_dir, ignore_errors=True)
-                result["data_dir"] = str(data_dir) if plan.keep_data else None
-                doc["trials"].append(result)
-                log("    " + _one_line(result))
+        for n, (rep, w, s) in enumerate(schedule, 1):
+            again = f" (repetition {rep + 1}/{plan.repeat})" if plan.repeat > 1 else ""
+            log(f"[{n}/{total}] workload {w.upper()} ({CORE_WORKLOADS[w].mix()}, "
+                f"{plan.stream(w).resolved_distribution}) on {s}{again}: "
+                f"{format_count(plan.records)} records, {format_count(plan.ops)} operations, "
+                f"{plan.threads} client(s)")
+            result = _run_one(plan, env, rep, w, s, budget_bytes, data_root)
+            doc["trials"].append(result)
+            log("    " + _one_line(result))
     return doc
+
+
+def _run_one(plan: Plan, env: Environment, rep: int, w: str, s: str, budget_bytes: int | None,
+             data_root: Path) -> dict[str, Any]:
+    """One trial in a fresh data directory (deleted afterwards unless ``keep_data``),
+    with what only the parent can measure attached."""
+    data_dir = Path(tempfile.mkdtemp(prefix=f"{s}-{w}-", dir=data_root))
+    target = env.target(f"{s}-{w}-{rep}")
+    rcfg = RunnerConfig(data_dir=data_dir, object_store=target,
+                        local_budget=plan.local_budget if target else None,
+                        local_budget_bytes=budget_bytes if target else None,
+                        cache_size=plan.cache_size, options=plan.options.get(s, {}))
+    spec = {"system": s, "stream": plan.stream(w).to_dict(), "runner": rcfg.to_dict(),
+            "settle": plan.settle, "load_batch": plan.load_batch,
+            "warmup_ops": plan.warmup_ops, "max_seconds": plan.max_seconds,
+            "progress": plan.progress, "env": env.child_env()}
+    before = env.proxy_counters()
+    load_before = metrics.load_average()
+    try:
+        if plan.isolate:
+            result = run_isolated(spec, plan.trial_timeout)
+        else:
+            from bench.trial import run_trial
+            result = run_trial(spec)
+            result["rss"]["note"] = "in-process: RSS includes earlier trials"
+        result["load_average"] = {"before": load_before, "after": metrics.load_average()}
+        after = env.proxy_counters()
+        if before is not None and after is not None:
+            result["proxy"] = {k: after[k] - before[k] for k in after}
+        if target is not None:
+            result["object_store_usage"] = env.usage(target)
+            env.clear(target)
+            req = result.get("object_store_requests") or {}
+            counts: dict[str, int] = {}
+            for part in (req.get("load") or {}, req.get("run") or {}):
+                for k, v in part.items():
+                    counts[k] = counts.get(k, 0) + int(v)
+            result["dollars"] = metrics.dollar_estimate(counts or None,
+                                                        result["object_store_usage"]["bytes"])
+    finally:
+        if not plan.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    result["data_dir"] = str(data_dir) if plan.keep_data else None
+    if plan.repeat > 1:
+        result["repeat"] = rep
+    return result
 
 
 def _one_line(r: dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "latency_histogram",
     "latency_summary",
     "percentiles_from_encoded",
+    "merge_encoded",
     "cdf_from_encoded",
     "summarize_phase",
     "per_second",
@@ -116,6 +117,14 @@ def percentiles_from_encoded(encoded: str, percentiles: list[float]) -> list[flo
     """Latencies (µs) at the given percentiles of an encoded histogram."""
     h = _decode(encoded)
     return [h.get_value_at_percentile(p) / 1000.0 for p in percentiles]
+
+
+def merge_encoded(encoded: list[str]) -> dict[str, Any]:
+    """The :func:`latency_summary` of several encoded histograms added together."""
+    h = HdrHistogram(_HDR_LOWEST, _HDR_HIGHEST, _HDR_DIGITS)
+    for e in encoded:
+        h.decode_and_add(e)
+    return latency_summary(h)
 
 
 def cdf_from_encoded(encoded: str) -> tuple[np.ndarray, np.ndarray]:

@@ -1,10 +1,13 @@
 """PNG plots of a results document (matplotlib, Agg backend: no display needed).
 
-* ``throughput.png``: run-phase ops/s per workload, one bar per system, each bar labelled
-  with its ratio to the baseline.
+* ``throughput.png``: run-phase ops/s per workload, one bar per system (the median over
+  repetitions, whiskers at the lowest and highest), labelled with its ratio to the
+  baseline.
 * ``latency_cdf_<w>.png``: per workload, the CDF of run-phase latencies per system
-  (solid: all operations; dotted: each operation type), log-scaled microseconds.
-* ``timeline_<w>.png``: per workload, ops/s in one-second buckets per system.
+  (solid: all operations; dotted: each operation type; all repetitions merged),
+  log-scaled microseconds.
+* ``timeline_<w>.png``: per workload, ops/s in one-second buckets per system (the
+  repetition with the median throughput).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.metrics import cdf_from_encoded  # noqa: E402
-from bench.report import comparison_rows  # noqa: E402
+from bench.report import comparison_rows, group_trials, merged_latency, representative  # noqa: E402
 from bench.workloads import OP_NAMES  # noqa: E402
 
 __all__ = ["write_plots"]
@@ -26,8 +29,9 @@ __all__ = ["write_plots"]
 _LINESTYLES = {"read": ":", "update": "--", "insert": "-.", "scan": (0, (1, 3)), "rmw": (0, (5, 2, 1, 2))}
 
 
-def _ok_trials(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(t["workload"], t["system"]): t for t in doc.get("trials", []) if t.get("status") == "ok"}
+def _ok_groups(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(workload, system) -> its trials, for pairs whose every repetition succeeded."""
+    return {k: ts for k, ts in group_trials(doc).items() if all(t.get("status") == "ok" for t in ts)}
 
 
 def _colors(systems: list[str]) -> dict[str, Any]:
@@ -43,15 +47,19 @@ def plot_throughput(doc: dict[str, Any], path: Path, baseline: str | None = None
     fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.5 * len(workloads) * (len(systems) + 1))), 4.5))
     width = 0.8 / max(1, len(systems))
     for j, s in enumerate(systems):
-        xs, ys, labels = [], [], []
+        xs, ys, labels, err = [], [], [], [[], []]
         for i, w in enumerate(workloads):
             r = next((r for r in rows if r["workload"] == w and r["system"] == s), None)
             if r is None or r["tput"] is None:
                 continue
             xs.append(i + (j - (len(systems) - 1) / 2) * width)
             ys.append(r["tput"])
+            err[0].append(r["tput"] - (r.get("tput_min") or r["tput"]))
+            err[1].append((r.get("tput_max") or r["tput"]) - r["tput"])
             labels.append("" if r["tput_ratio"] is None else f"{r['tput_ratio']:.2f}x")
-        bars = ax.bar(xs, ys, width=width, label=s, color=colors[s])
+        repeated = any(e > 0 for e in err[0] + err[1])
+        bars = ax.bar(xs, ys, width=width, label=s, color=colors[s],
+                      yerr=err if repeated else None, capsize=3 if repeated else 0)
         for b, lab in zip(bars, labels):
             ax.annotate(lab, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
                         va="bottom", fontsize=7)
@@ -68,16 +76,15 @@ def plot_throughput(doc: dict[str, Any], path: Path, baseline: str | None = None
 
 
 def plot_latency_cdf(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
-    trials = _ok_trials(doc)
-    systems = [s for s in doc.get("systems", []) if (workload, s) in trials]
+    groups = _ok_groups(doc)
+    systems = [s for s in doc.get("systems", []) if (workload, s) in groups]
     if not systems:
         return None
     colors = _colors(list(doc.get("systems", [])))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for s in systems:
-        lat = trials[(workload, s)]["run"]["latency"]
         for op in ("all",) + OP_NAMES:
-            enc = (lat.get(op) or {}).get("hdr")
+            enc = (merged_latency(groups[(workload, s)], op) or {}).get("hdr")
             if not enc:
                 continue
             x, y = cdf_from_encoded(enc)
@@ -97,14 +104,15 @@ def plot_latency_cdf(doc: dict[str, Any], workload: str, path: Path) -> Path | N
 
 
 def plot_timeline(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
-    trials = _ok_trials(doc)
-    systems = [s for s in doc.get("systems", []) if (workload, s) in trials]
+    groups = _ok_groups(doc)
+    systems = [s for s in doc.get("systems", []) if (workload, s) in groups]
     if not systems:
         return None
     colors = _colors(list(doc.get("systems", [])))
     fig, ax = plt.subplots(figsize=(7, 4))
     for s in systems:
-        tl = trials[(workload, s)]["run"].get("timeline") or []
+        rep = representative(groups[(workload, s)]) or {}
+        tl = (rep.get("run") or {}).get("timeline") or []
         ax.plot(range(1, len(tl) + 1), tl, marker="." if len(tl) < 30 else None, color=colors[s], label=s)
     ax.set_xlabel("second of the run phase")
     ax.set_ylabel("operations / s")

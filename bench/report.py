@@ -6,6 +6,11 @@ Everything here reads one *results document* (the JSON written by the CLI)::
      "config": {...}, "environment": {...}, "baseline": "rocksdb",
      "systems": [...], "workloads": [...], "trials": [<bench.trial result>, ...]}
 
+Repetitions (``--repeat``): a (workload, system) pair may have several trials. A row then
+shows the median of each metric over the repetitions, latency percentiles from all of
+their histograms added together, and the throughput spread; a pair with any failed
+repetition is reported as failed.
+
 Ratios: every row is compared with the baseline system's row of the same workload.
 ``x base`` = this system's value / the baseline's. For throughput higher is better; for
 latency, memory, disk, requests and dollars lower is better. A ratio is ``-`` when
@@ -19,6 +24,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from statistics import median
+
+from bench.metrics import merge_encoded
 from bench.units import format_bytes, format_count, format_ratio, format_us
 from bench.workloads import CORE_WORKLOADS, OP_NAMES
 
@@ -26,6 +34,9 @@ __all__ = [
     "SCHEMA",
     "ratio",
     "comparison_rows",
+    "group_trials",
+    "representative",
+    "merged_latency",
     "render_table",
     "render_markdown",
     "write_json",
@@ -98,28 +109,78 @@ def _metrics(trial: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def group_trials(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(workload, system) -> its trials (one per repetition), in run order."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in doc.get("trials", []):
+        out.setdefault((t["workload"], t["system"]), []).append(t)
+    return out
+
+
+def representative(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The successful trial with the median run throughput (None if none succeeded)."""
+    ok = sorted((t for t in trials if t.get("status") == "ok"),
+                key=lambda t: _get(t, "run", "throughput") or 0.0)
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
+def merged_latency(trials: list[dict[str, Any]], op: str = "all") -> dict[str, Any] | None:
+    """Run-phase latency of one operation type over every successful trial given."""
+    enc = [e for t in trials if t.get("status") == "ok"
+           for e in [_get(t, "run", "latency", op, "hdr")] if e]
+    if not enc:
+        return None
+    if len(enc) == 1:
+        return _get(next(t for t in trials if _get(t, "run", "latency", op, "hdr") == enc[0]),
+                    "run", "latency", op)
+    return merge_encoded(enc)
+
+
+def _group_metrics(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    per = [_metrics(t) for t in trials]
+    if not all(m["ok"] for m in per):
+        failed = next(t for t in trials if t.get("status") != "ok")
+        out = {k: None for k in per[0]}
+        out.update(ok=False, repeats=len(trials), status=failed.get("status") or "failed",
+                   error=failed.get("error"))
+        return out
+    out = {}
+    for key in per[0]:
+        vals = [m[key] for m in per if isinstance(m[key], (int, float)) and not isinstance(m[key], bool)]
+        out[key] = median(vals) if vals else None
+    out["ok"] = True
+    lat = merged_latency(trials) or {}
+    out["p50"], out["p99"], out["p999"] = lat.get("p50_us"), lat.get("p99_us"), lat.get("p999_us")
+    tputs = [m["tput"] for m in per if m["tput"] is not None]
+    out["repeats"] = len(trials)
+    out["tput_min"] = min(tputs) if tputs else None
+    out["tput_max"] = max(tputs) if tputs else None
+    out["tput_spread"] = ((max(tputs) - min(tputs)) / 2 / median(tputs)
+                          if len(tputs) > 1 and median(tputs) else None)
+    out["status"], out["error"] = "ok", None
+    return out
+
+
 def comparison_rows(doc: dict[str, Any], baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (workload, system), in the document's order, with ratio columns.
 
-    Each row has the raw metrics (see :func:`_metrics`) plus ``<metric>_ratio`` for
-    ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``, ``stored``,
-    ``requests``, ``usd``, and ``is_baseline``.
+    Each row has the metrics of :func:`_metrics` (medians over repetitions), ``repeats``,
+    ``tput_min``/``tput_max``/``tput_spread`` (half the range over the median), and
+    ``<metric>_ratio`` for ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``,
+    ``stored``, ``requests``, ``usd``, and ``is_baseline``.
     """
     base_name = baseline or doc.get("baseline")
-    by_key = {(t["workload"], t["system"]): t for t in doc.get("trials", [])}
-    workloads = doc.get("workloads") or sorted({t["workload"] for t in doc.get("trials", [])})
-    systems = doc.get("systems") or sorted({t["system"] for t in doc.get("trials", [])})
+    groups = group_trials(doc)
+    workloads = doc.get("workloads") or sorted({w for w, _ in groups})
+    systems = doc.get("systems") or sorted({s for _, s in groups})
     rows = []
     for w in workloads:
-        base_trial = by_key.get((w, base_name))
-        base = _metrics(base_trial) if base_trial else {}
+        base = _group_metrics(groups[(w, base_name)]) if (w, base_name) in groups else {}
         for s in systems:
-            trial = by_key.get((w, s))
-            if trial is None:
+            if (w, s) not in groups:
                 continue
-            m = _metrics(trial)
-            row: dict[str, Any] = {"workload": w, "system": s, "status": trial.get("status"),
-                                   "error": trial.get("error"), "is_baseline": s == base_name, **m}
+            m = _group_metrics(groups[(w, s)])
+            row: dict[str, Any] = {"workload": w, "system": s, "is_baseline": s == base_name, **m}
             for key in ("load_tput", "tput", "p50", "p99", "rss", "disk", "stored", "requests", "usd"):
                 row[f"{key}_ratio"] = ratio(m.get(key), base.get(key))
             rows.append(row)
@@ -133,6 +194,7 @@ _COLUMNS: list[tuple[str, str, Any]] = [
     ("load_x", "x base", lambda r: format_ratio(r["load_tput_ratio"])),
     ("tput", "run ops/s", lambda r: format_count(r["tput"])),
     ("tput_x", "x base", lambda r: format_ratio(r["tput_ratio"])),
+    ("spread", "spread", lambda r: "-" if r.get("tput_spread") is None else f"+-{r['tput_spread'] * 100:.0f}%"),
     ("p50", "p50 us", lambda r: format_us(r["p50"])),
     ("p99", "p99 us", lambda r: format_us(r["p99"])),
     ("p99_x", "p99 x base", lambda r: format_ratio(r["p99_ratio"])),
@@ -148,7 +210,9 @@ _COLUMNS: list[tuple[str, str, Any]] = [
 
 def _cells(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     has_store = any(r["stored"] is not None or r["requests"] is not None for r in rows)
-    cols = [c for c in _COLUMNS if has_store or c[0] not in ("stored", "req", "usd")]
+    repeated = any((r.get("repeats") or 1) > 1 for r in rows)
+    cols = [c for c in _COLUMNS if (has_store or c[0] not in ("stored", "req", "usd"))
+            and (repeated or c[0] != "spread")]
     header = [c[1] for c in cols]
     body = []
     for r in rows:
@@ -187,20 +251,20 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 
 
 def _latency_section(doc: dict[str, Any], baseline: str | None) -> list[str]:
-    lines = ["## Latency by operation (run phase, microseconds)", ""]
+    lines = ["## Latency by operation (run phase, microseconds; all repetitions merged)", ""]
     base = baseline or doc.get("baseline")
-    trials = {(t["workload"], t["system"]): t for t in doc.get("trials", [])}
+    groups = group_trials(doc)
     for w in doc.get("workloads", []):
         body = []
         for s in doc.get("systems", []):
-            t = trials.get((w, s))
-            if not t or t.get("status") != "ok":
+            trials = groups.get((w, s), [])
+            if not trials or any(t.get("status") != "ok" for t in trials):
                 continue
             for op in OP_NAMES + ("all",):
-                lat = _get(t, "run", "latency", op)
+                lat = merged_latency(trials, op)
                 if not lat or not lat.get("count"):
                     continue
-                b = _get(trials.get((w, base)) or {}, "run", "latency", op, "p99_us")
+                b = (merged_latency(groups.get((w, base), []), op) or {}).get("p99_us")
                 body.append([s, op, format_count(lat["count"]), format_us(lat["mean_us"]),
                              format_us(lat["p50_us"]), format_us(lat["p95_us"]),
                              format_us(lat["p99_us"]), format_us(lat["p999_us"]),
@@ -211,6 +275,11 @@ def _latency_section(doc: dict[str, Any], baseline: str | None) -> list[str]:
                       _md_table(["system", "op", "count", "mean", "p50", "p95", "p99", "p99.9", "max",
                                  "p99 x base"], body), ""]
     return lines
+
+
+def _label(t: dict[str, Any]) -> str:
+    rep = t.get("repeat")
+    return t["system"] if rep is None else f"{t['system']} #{rep + 1}"
 
 
 def _cpu(t: dict[str, Any]) -> str:
@@ -226,7 +295,7 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
         rss = t.get("rss") or {}
         disk = t.get("disk") or {}
         body.append([
-            t["workload"].upper(), t["system"],
+            t["workload"].upper(), _label(t),
             _cpu(t), format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
             format_bytes(rss.get("tree_peak")),
             format_bytes(_get(disk, "after_load", "allocated")),
@@ -259,7 +328,7 @@ def _caches_section(doc: dict[str, Any]) -> list[str]:
     body = []
     for t in doc.get("trials", []):
         for name, r in sorted((t.get("caches") or {}).items()):
-            body.append([t["workload"].upper(), t["system"], name, "-" if r is None else f"{r * 100:.1f}%"])
+            body.append([t["workload"].upper(), _label(t), name, "-" if r is None else f"{r * 100:.1f}%"])
     if not body:
         return []
     return ["## Cache hit ratios (run phase)", "", _md_table(["wl", "system", "cache", "hit ratio"], body), ""]
@@ -290,6 +359,7 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
     lines += _caches_section(doc)
     notes = []
     for t in doc.get("trials", []):
+        t = {**t, "system": _label(t)}
         if t.get("status") != "ok":
             notes.append(f"- {t['workload'].upper()} / {t['system']}: FAILED\n\n```\n{(t.get('error') or '').strip()[-3000:]}\n```")
         elif _get(t, "run", "not_found"):

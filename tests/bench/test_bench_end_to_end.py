@@ -143,3 +143,14 @@ def test_cli_against_moto_s3(tmp_path: Path) -> None:
         assert t["object_store_requests"]["load"]["put"] > 0
         assert t["dollars"]["requests_usd"] > 0
     assert by["rocksdb"]["proxy"]["requests"] == 0  # all local
+
+
+def test_cli_repeats_trials_rotating_the_system_order(tmp_path: Path) -> None:
+    argv = ["ycsb", "--workload", "c", "--system", "noop,noop-async", "--records", "200", "--ops",
+            "500", "--repeat", "2", "--out", str(tmp_path), "--no-plots", "--no-progress",
+            "--in-process"]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [(t["system"], t["repeat"]) for t in doc["trials"]] == \
+        [("noop", 0), ("noop-async", 0), ("noop-async", 1), ("noop", 1)]
+    assert "spread" in (tmp_path / "report.md").read_text()

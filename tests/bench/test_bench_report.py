@@ -95,3 +95,27 @@ def test_notes_flag_undercounting_systems_and_a_busy_machine() -> None:
     quiet["trials"][1]["proxy"] = {"requests": 15, "bytes_up": 16_000}
     quiet["trials"][1]["object_store_requests"] = {"load": {"put": 10, "bytes_written": 1_000}, "run": {"get": 5}}
     assert "proxy saw" not in render_markdown(quiet) and "busy" not in render_markdown(quiet)
+
+
+def test_repetitions_report_medians_spread_and_failures() -> None:
+    doc = _doc()
+    doc["trials"] = []
+    for rep, (base_tput, new_tput) in enumerate([(100, 150), (110, 300), (90, 240)]):
+        for t in (_trial("rocksdb", "a", base_tput, 10_000, 1000), _trial("rocksmash", "a", new_tput, 5_000, 1000)):
+            t["repeat"] = rep
+            doc["trials"].append(t)
+    doc["trials"] += [dict(_trial("rocksdb", "c", 50, 1000, 1), repeat=0),
+                      dict(_trial("rocksdb", "c", 70, 1000, 1), repeat=1),
+                      dict(_trial("rocksmash", "c", 60, 1000, 1), repeat=0),
+                      dict(_trial("rocksmash", "c", 0, 0, 0, status="failed"), repeat=1)]
+    rows = {(r["workload"], r["system"]): r for r in comparison_rows(doc)}
+    new = rows[("a", "rocksmash")]
+    assert new["repeats"] == 3 and new["tput"] == 240 and new["tput_ratio"] == pytest.approx(2.4)
+    assert (new["tput_min"], new["tput_max"]) == (150, 300)
+    assert new["tput_spread"] == pytest.approx((300 - 150) / 2 / 240)
+    assert rows[("c", "rocksdb")]["tput"] == 60  # median of two
+    assert rows[("c", "rocksmash")]["status"] == "failed"  # one failed repetition fails the pair
+    table = render_table(doc)
+    assert "spread" in table and "+-31%" in table
+    md = render_markdown(doc)
+    assert "rocksmash #2" in md and "| rocksmash | read | 3,000 |" in md  # histograms merged
