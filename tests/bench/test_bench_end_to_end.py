@@ -77,7 +77,9 @@ def test_plan_rejects_bad_comparisons() -> None:
 
 
 def test_cli_runs_systems_side_by_side_and_writes_reports(tmp_path: Path, capsys) -> None:
-    systems = [s for s in ("rocksdb", "rocksmash", "noop") if s in SYSTEMS]
+    systems = [s for s in ("rocksdb", "rocksmash") if s in SYSTEMS]
+    if len(systems) < 2:
+        systems.append("noop")
     argv = ["ycsb", "--workload", "a,e", "--records", "2000", "--ops", "3000",
             "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), "--no-progress"]
     for s in systems:
@@ -96,13 +98,13 @@ def test_cli_runs_systems_side_by_side_and_writes_reports(tmp_path: Path, capsys
         assert sum(t["run"]["mix"].values()) == 3000
     # The printed ratio is this system's throughput over the baseline's.
     by = {(t["workload"], t["system"]): t for t in doc["trials"]}
-    expected = by[("a", "noop")]["run"]["throughput"] / by[("a", "rocksdb")]["run"]["throughput"]
+    expected = by[("a", systems[1])]["run"]["throughput"] / by[("a", "rocksdb")]["run"]["throughput"]
     assert f"{expected:.2f}x" in printed
     out = tmp_path / "out"
     assert "x base" in (out / "report.md").read_text()
     for name in ("throughput.png", "latency_cdf_a.png", "timeline_e.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
-    assert not any(p.name.startswith(("rocksdb-", "noop-")) for p in (tmp_path / "bench-data").iterdir())
+    assert not any((tmp_path / "bench-data").iterdir())  # trial data directories were removed
 
 
 def test_cli_reports_a_failing_system_instead_of_crashing(tmp_path: Path, capsys) -> None:
