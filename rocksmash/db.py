@@ -452,14 +452,18 @@ class DB:
             if self._closed or self._closing:
                 raise ClosedError("database is closed")
             if self._bg_error is not None:
-                if isinstance(self._bg_error, FencedError):
-                    raise FencedError(str(self._bg_error)) from self._bg_error
-                raise Error(f"database is read-only after a background error: "
-                            f"{self._bg_error}") from self._bg_error
+                raise self._background_failure() from self._bg_error
             if not self._stall:
                 break
             self._cv.wait(1.0)
         self._stats["stall_seconds"] += time.monotonic() - started
+
+    def _background_failure(self) -> Error:
+        """The error writes raise after background work failed for good."""
+        if isinstance(self._bg_error, FencedError):
+            return FencedError(str(self._bg_error))
+        return Error(f"database is read-only after a background error: {self._bg_error}; "
+                     f"reopen it to recover")
 
     def _update_stall(self) -> None:
         opts = self.options
@@ -739,6 +743,8 @@ class DB:
                         if c is None:
                             break
                         self._run_compaction(c)
+                        del c  # let the inputs' readers go, so their objects can
+                        self._collect_dead_objects()  # be deleted now
                 delay = 0.1
             except Error as e:
                 if not e.retriable:
@@ -806,7 +812,6 @@ class DB:
                     os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
                 except FileNotFoundError:
                     pass
-        self._collect_dead_objects()
 
     def _merge(self, c: Compaction, to_cloud: bool) -> list[FileMeta]:
         """Run the merge job of ``c``; return the new files with open readers."""
@@ -935,6 +940,8 @@ class DB:
         self._dead_objects.append((f.object_key, f.number, weakref.ref(f.table)))
 
     def _collect_dead_objects(self, force: bool = False) -> None:
+        if not self._dead_objects:
+            return
         keep = []
         for key, number, ref in self._dead_objects:
             if force or ref() is None:
@@ -991,7 +998,7 @@ class DB:
             while self._imm and self._bg_error is None and not self._closing:
                 self._cv.wait(1.0)
             if self._bg_error is not None:
-                raise Error(f"flush failed: {self._bg_error}") from self._bg_error
+                raise self._background_failure() from self._bg_error
 
     def compact_range(self, start: bytes | None = None, end: bytes | None = None) -> None:
         """Flush, then merge everything with ``start <= key <= end`` into the last level,
@@ -1005,6 +1012,8 @@ class DB:
                 c = range_compaction(self._version, start, end)
             if c is not None:
                 self._run_compaction(c)
+                del c
+                self._collect_dead_objects()
         with self._lock:
             self._compaction_wanted = True
             self._cv.notify_all()

@@ -50,6 +50,7 @@ from typing import Any
 
 from .env import fsync_dir, write_all
 from .errors import CorruptionError, InvalidArgumentError
+from .table import TableMeta
 
 __all__ = ["TableMeta", "encode_table_meta", "decode_table_meta", "MetaCache",
            "META_FORMAT_VERSION"]
@@ -66,24 +67,6 @@ _CRC = struct.Struct("<I")
 _WIDTH_CODE = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _LITTLE = sys.byteorder == "little"
 _FILE_SUFFIX = ".mmeta"
-
-
-@dataclass
-class TableMeta:
-    """What a reader needs of one table without touching its data blocks.
-
-    Contract: ``index_keys`` ascending; ``offsets``, ``sizes`` and ``index_keys`` of equal
-    length; ``props`` JSON-able. Normally blocks are contiguous
-    (``offsets[i+1] == offsets[i] + sizes[i] + 5``); other layouts round-trip too, at
-    8 more bytes per block.
-    """
-
-    index_keys: list[bytes]
-    offsets: list[int]
-    sizes: list[int]
-    filter: bytes
-    props: dict[str, Any] = field(default_factory=dict)
-    data_end: int = 0
 
 
 # -- varints (header fields only: a handful per table) -------------------------------

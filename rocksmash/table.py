@@ -26,7 +26,12 @@ __all__ = ["Table", "TableMeta", "read_table_meta"]
 @dataclass
 class TableMeta:
     """Everything a reader needs besides the data blocks (what the MetaCache keeps for
-    cloud tables, so opening one needs no network)."""
+    cloud tables, so opening one needs no network).
+
+    Contract: ``index_keys`` ascending; ``offsets``, ``sizes`` and ``index_keys`` of equal
+    length; ``props`` JSON-able. Normally blocks are contiguous
+    (``offsets[i+1] == offsets[i] + sizes[i] + 5``).
+    """
 
     index_keys: list[bytes]
     offsets: list[int]

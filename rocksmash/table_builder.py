@@ -28,13 +28,23 @@ class TableInfo:
 
 
 def shortest_separator(a: bytes, b: bytes) -> bytes:
-    """A short key ``s`` with ``a <= s < b`` (``a < b`` required)."""
+    """A short key ``s`` with ``a <= s < b`` (``a < b`` required).
+
+    Cut after the first byte where the keys differ, bumped by one if that stays below
+    ``b``; if ``a``'s byte is exactly one below ``b``'s, keep it and bump the first later
+    byte of ``a`` that can grow instead (still ``< b``, because of the byte before).
+    """
     n = min(len(a), len(b))
     p = 0
     while p < n and a[p] == b[p]:
         p += 1
-    if p < n and a[p] + 1 < b[p]:
+    if p == n:
+        return a  # a is a prefix of b
+    if a[p] + 1 < b[p]:
         return a[:p] + bytes((a[p] + 1,))
+    for i in range(p + 1, len(a)):
+        if a[i] < 0xFF:
+            return a[:i] + bytes((a[i] + 1,))
     return a
 
 

@@ -112,7 +112,7 @@ def test_shortest_separator(a, b):
     if a == b:
         return
     s = shortest_separator(a, b)
-    assert a <= s < b and len(s) <= len(a) + 1
+    assert a <= s < b and len(s) <= len(a)
 
 
 @settings(max_examples=40, deadline=None)

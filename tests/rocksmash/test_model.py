@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 
 import hypothesis.strategies as st
 import pytest
@@ -42,9 +43,13 @@ class DBModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.path = tempfile.mkdtemp(prefix="rocksmash-model-")
+        self.options = self.fresh_options(self.path)
         self.db = rocksmash.open(self.path, **self.options)
         self.model: dict[bytes, bytes] = {}
         self.live_snaps: list = []
+
+    def fresh_options(self, path: str) -> dict:
+        return dict(self.options)
 
     def teardown(self) -> None:
         self.db.close()
@@ -147,3 +152,35 @@ class DBModelProcesses(DBModel):
 
 TestModelProcesses = DBModelProcesses.TestCase
 TestModelProcesses.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
+
+
+class DBModelCloud(DBModel):
+    """With a cloud tier and no local budget: every level below L0 is in the object store."""
+
+    options = dict(SMALL, background_processes=False, local_budget=0,
+                   cloud_target_file_size=4096, cache_size="64KiB")
+
+    def fresh_options(self, path: str) -> dict:
+        return dict(self.options, object_store=f"memory://{uuid.uuid4().hex}/db")
+
+
+TestModelCloud = DBModelCloud.TestCase
+TestModelCloud.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 2))
+
+
+class DBModelCloudFiles(DBModel):
+    """A file:// object store, uploads done by worker processes, a 10% local budget."""
+
+    options = dict(SMALL, background_processes=True, local_budget="10%",
+                   cloud_target_file_size=4096, cache_size="64KiB")
+
+    def fresh_options(self, path: str) -> dict:
+        return dict(self.options, object_store=f"file://{path}-bucket")
+
+    def teardown(self) -> None:
+        super().teardown()
+        shutil.rmtree(self.path + "-bucket", ignore_errors=True)
+
+
+TestModelCloudFiles = DBModelCloudFiles.TestCase
+TestModelCloudFiles.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
