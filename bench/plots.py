@@ -47,7 +47,10 @@ def plot_throughput(doc: dict[str, Any], path: Path, baseline: str | None = None
     fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 0.5 * len(workloads) * (len(systems) + 1))), 4.5))
     width = 0.8 / max(1, len(systems))
     for j, s in enumerate(systems):
-        xs, ys, labels, err = [], [], [], [[], []]
+        xs: list[float] = []
+        ys: list[float] = []
+        labels: list[str] = []
+        err: list[list[float]] = [[], []]
         for i, w in enumerate(workloads):
             r = next((r for r in rows if r["workload"] == w and r["system"] == s), None)
             if r is None or r["tput"] is None:

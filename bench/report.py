@@ -138,6 +138,7 @@ def merged_latency(trials: list[dict[str, Any]], op: str = "all") -> dict[str, A
 
 def _group_metrics(trials: list[dict[str, Any]]) -> dict[str, Any]:
     per = [_metrics(t) for t in trials]
+    out: dict[str, Any]
     if not all(m["ok"] for m in per):
         failed = next(t for t in trials if t.get("status") != "ok")
         out = {k: None for k in per[0]}
@@ -169,7 +170,7 @@ def comparison_rows(doc: dict[str, Any], baseline: str | None = None) -> list[di
     ``<metric>_ratio`` for ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``,
     ``stored``, ``requests``, ``usd``, and ``is_baseline``.
     """
-    base_name = baseline or doc.get("baseline")
+    base_name = str(baseline or doc.get("baseline"))
     groups = group_trials(doc)
     workloads = doc.get("workloads") or sorted({w for w, _ in groups})
     systems = doc.get("systems") or sorted({s for _, s in groups})
@@ -252,7 +253,7 @@ def _md_table(header: list[str], body: list[list[str]]) -> str:
 
 def _latency_section(doc: dict[str, Any], baseline: str | None) -> list[str]:
     lines = ["## Latency by operation (run phase, microseconds; all repetitions merged)", ""]
-    base = baseline or doc.get("baseline")
+    base = str(baseline or doc.get("baseline"))
     groups = group_trials(doc)
     for w in doc.get("workloads", []):
         body = []

@@ -64,7 +64,7 @@ def cache_pairs(flat: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
         word = m.group(1)
         miss_word = {"hit": "miss", "hits": "misses", "Hit": "Miss", "Hits": "Misses"}.get(word, "misses" if word.lower().endswith("s") else "miss")
         miss_key = key[:m.start()] + miss_word + key[m.end():]
-        misses = flat.get(miss_key)
+        misses: Any = flat.get(miss_key)
         if not _is_number(misses):
             continue
         name = (key[:m.start()] + key[m.end():]).strip("._-").replace("..", ".") or "cache"
@@ -96,10 +96,10 @@ def object_store_counts(stats: Mapping[str, Any]) -> dict[str, int] | None:
     """
     snap = _metered_snapshot(stats)
     if snap is not None:
-        out = {str(op): int(n) for op, n in snap["requests"].items() if _is_number(n)}
-        out["bytes_written"] = int(snap.get("bytes_in") or 0)
-        out["bytes_read"] = int(snap.get("bytes_out") or 0)
-        return out
+        exact: dict[str, int] = {str(op): int(n) for op, n in snap["requests"].items() if _is_number(n)}
+        exact["bytes_written"] = int(snap.get("bytes_in") or 0)
+        exact["bytes_read"] = int(snap.get("bytes_out") or 0)
+        return exact
     out: dict[str, int] = {}
     for key, v in flatten(stats).items():
         if not _is_number(v) or not _STORE_PATH_RE.search(key) or _SKIP_RE.search(key):

@@ -38,7 +38,7 @@ class RocksDBRunner(Runner):
         import rocksdict as rd
 
         o = self.config.options
-        self._settings = {
+        self._settings: dict[str, Any] = {
             "compression": str(o.get("compression", "lz4")),
             "bloom_bits": int(o.get("bloom_bits", 10)),
             "block_size": int(o.get("block_size", 4096)),

@@ -119,3 +119,13 @@ def test_repetitions_report_medians_spread_and_failures() -> None:
     assert "spread" in table and "+-31%" in table
     md = render_markdown(doc)
     assert "rocksmash #2" in md and "| rocksmash | read | 3,000 |" in md  # histograms merged
+
+
+def test_report_command_rebuilds_reports_against_another_baseline(tmp_path, capsys) -> None:
+    from bench.cli import main
+
+    (tmp_path / "results.json").write_text(json.dumps(_doc()))
+    assert main(["report", str(tmp_path / "results.json"), "--baseline", "rocksmash", "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "rocksmash *" in out and "0.50x" in out  # rocksdb is half as fast as the new baseline
+    assert "baseline: rocksmash" in (tmp_path / "report.md").read_text()
