@@ -179,6 +179,17 @@ def cmd_node(args: argparse.Namespace) -> int:
             logging.getLogger("bespokv").info("node %s stopping", args.node)
             await node.stop(grace=1.0)
 
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            asyncio.run(serve())
+        finally:
+            prof.disable()
+            prof.dump_stats(args.profile)
+        return 0
     asyncio.run(serve())
     return 0
 
@@ -364,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--config", required=True, help="cluster config file (TOML)")
     node.add_argument("--node", required=True, help="this node's id in the config")
     node.add_argument("--log-level", default="INFO")
+    node.add_argument("--profile", default=None, help="write cProfile stats here at exit (for tuning)")
     node.set_defaults(func=cmd_node)
 
     cl = sub.add_parser("cluster", help="run a whole local cluster on loopback")

@@ -112,7 +112,7 @@ class AsyncClient:
         read_from: str = "primary",
         batching: bool = True,
         max_batch: int = 256,
-        max_inflight: int = 4,
+        max_inflight: int = 2,
         limits: Limits | None = None,
         seed: int | None = None,
     ) -> None:

@@ -254,7 +254,7 @@ class Node:
                 )
                 return list(resp.results)
 
-            b = self._forwarders[key] = AutoBatcher(send, max_batch=512, max_inflight=4)
+            b = self._forwarders[key] = AutoBatcher(send, max_batch=512, max_inflight=2)
         return b
 
     async def _forward(self, node: str, op: pb.Op, hops: int) -> pb.OpResult:
@@ -285,56 +285,71 @@ class Node:
         self.counters["get"] += 1
         return pb.GetResponse(found=v is not None, value=v or b"")
 
-    async def _write(self, info: ShardInfo, ops: list[Op], op: pb.Op, hops: int) -> None:
+    def prepare_write(self, op: pb.Op) -> tuple[ShardInfo, list[Op], pb.Op]:
+        """Validate a put/delete/batch: its shard, its datalet ops, and the request to
+        forward (with the shard filled in). Raises for bad requests."""
+        kind = op.WhichOneof("op")
+        if kind == "put":
+            req = op.put
+            self.check_key(req.key)
+            self.check_value(req.value)
+            info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
+            return info, [(req.key, req.value)], pb.Op(put=pb.PutRequest(key=req.key, value=req.value, shard=info.id))
+        if kind == "delete":
+            req_d = op.delete
+            self.check_key(req_d.key)
+            info = self.shard_of(req_d.key, req_d.shard if req_d.HasField("shard") else None)
+            return info, [(req_d.key, None)], pb.Op(delete=pb.DeleteRequest(key=req_d.key, shard=info.id))
+        if kind == "batch":
+            req_b = op.batch
+            muts = req_b.mutations
+            if not muts:
+                raise InvalidArgumentError("empty batch")
+            if len(muts) > self.limits.max_batch_ops:
+                raise InvalidArgumentError(
+                    f"batch of {len(muts)} ops exceeds max_batch_ops={self.limits.max_batch_ops}"
+                )
+            ops: list[Op] = []
+            sid: int | None = None
+            smap = self.shard_map
+            for m in muts:
+                self.check_key(m.key)
+                if not m.delete:
+                    self.check_value(m.value)
+                s_ = smap.shard_for(m.key)
+                if sid is None:
+                    sid = s_
+                elif s_ != sid:
+                    raise InvalidArgumentError(
+                        f"batch spans shards {sid} and {s_}; an atomic batch must stay in one shard "
+                        "(the client library splits batches per shard)"
+                    )
+                ops.append((m.key, None if m.delete else m.value))
+            info = self.shard_of(muts[0].key, req_b.shard if req_b.HasField("shard") else None)
+            return info, ops, pb.Op(batch=pb.BatchRequest(mutations=muts, shard=info.id))
+        raise InvalidArgumentError(f"{kind or 'empty'} is not a write")
+
+    async def _write(self, op: pb.Op, hops: int) -> None:
+        info, ops, fwd = self.prepare_write(op)
         target = self._write_target(info)
         if target != self.node_id:
-            await self._forward(target, op, hops)
-            return
-        await self._local(info, "write").write(ops)
+            await self._forward(target, fwd, hops)
+        else:
+            await self._local(info, "write").write(ops)
+        self.counters[op.WhichOneof("op")] += 1
 
     async def do_put(self, req: pb.PutRequest, hops: int) -> pb.PutResponse:
-        self.check_key(req.key)
-        self.check_value(req.value)
-        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
-        await self._write(info, [(req.key, req.value)], pb.Op(put=pb.PutRequest(key=req.key, value=req.value, shard=info.id)), hops)
-        self.counters["put"] += 1
+        await self._write(pb.Op(put=req), hops)
         return pb.PutResponse()
 
     async def do_delete(self, req: pb.DeleteRequest, hops: int) -> pb.DeleteResponse:
-        self.check_key(req.key)
-        info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
-        await self._write(info, [(req.key, None)], pb.Op(delete=pb.DeleteRequest(key=req.key, shard=info.id)), hops)
-        self.counters["delete"] += 1
+        await self._write(pb.Op(delete=req), hops)
         return pb.DeleteResponse()
 
     async def do_batch(self, req: pb.BatchRequest, hops: int) -> pb.BatchResponse:
-        muts = req.mutations
-        if not muts:
+        if not req.mutations:
             return pb.BatchResponse()
-        if len(muts) > self.limits.max_batch_ops:
-            raise InvalidArgumentError(f"batch of {len(muts)} ops exceeds max_batch_ops={self.limits.max_batch_ops}")
-        shard = req.shard if req.HasField("shard") else None
-        ops: list[Op] = []
-        sid: int | None = None
-        smap = self.shard_map
-        for m in muts:
-            self.check_key(m.key)
-            if not m.delete:
-                self.check_value(m.value)
-            s = smap.shard_for(m.key)
-            if sid is None:
-                sid = s
-            elif s != sid:
-                raise InvalidArgumentError(
-                    f"batch spans shards {sid} and {s}; an atomic batch must stay in one shard "
-                    "(the client library splits batches per shard)"
-                )
-            ops.append((m.key, None if m.delete else m.value))
-        info = self.shard_of(muts[0].key, shard)
-        fwd = pb.BatchRequest(mutations=muts, shard=info.id)
-        await self._write(info, ops, pb.Op(batch=fwd), hops)
-        self.counters["batch"] += 1
-        self.counters["batch_ops"] += len(ops)
+        await self._write(pb.Op(batch=req), hops)
         return pb.BatchResponse()
 
     async def do_cas(self, req: pb.CasRequest, hops: int) -> pb.CasResponse:
@@ -371,15 +386,80 @@ class Node:
                 raise InvalidArgumentError("empty operation in a Multi request")
             return pb.OpResult(status=pb.OpStatus(code=0))
         except Exception as exc:  # noqa: BLE001 - reported per op
-            err = from_exception(exc)
-            self.counters[f"error.{err.code.name}"] += 1
-            return pb.OpResult(status=pb.OpStatus(code=err.code.value[0], message=str(err)))
+            return self._error_result(exc)
+
+    def _error_result(self, exc: BaseException) -> pb.OpResult:
+        err = from_exception(exc)
+        self.counters[f"error.{err.code.name}"] += 1
+        return pb.OpResult(status=pb.OpStatus(code=err.code.value[0], message=str(err)))
 
     async def do_multi(self, req: pb.MultiRequest, hops: int) -> pb.MultiResponse:
-        if len(req.ops) > self.limits.max_batch_ops:
-            raise InvalidArgumentError(f"{len(req.ops)} ops exceed max_batch_ops={self.limits.max_batch_ops}")
+        """Run independent operations. Writes and reads this node serves itself are
+        grouped per shard: one controlet call (one replicated entry, one quorum round)
+        per group instead of one per operation; the rest run one by one, concurrently."""
+        n = len(req.ops)
+        if n > self.limits.max_batch_ops:
+            raise InvalidArgumentError(f"{n} ops exceed max_batch_ops={self.limits.max_batch_ops}")
         self.counters["multi"] += 1
-        results = await asyncio.gather(*(self.do_op(op, hops) for op in req.ops))
+        results: list[pb.OpResult | None] = [None] * n
+        writes: dict[int, list[tuple[int, list[Op]]]] = {}
+        reads: dict[int, list[tuple[int, bytes]]] = {}
+        rest: list[int] = []
+        for i, op in enumerate(req.ops):
+            kind = op.WhichOneof("op")
+            try:
+                if kind in ("put", "delete", "batch"):
+                    info, ops, _ = self.prepare_write(op)
+                    if self._write_target(info) == self.node_id:
+                        writes.setdefault(info.id, []).append((i, ops))
+                        self.counters[kind] += 1
+                        continue
+                elif kind == "get" and not op.get.local:
+                    g = op.get
+                    self.check_key(g.key)
+                    info = self.shard_of(g.key, g.shard if g.HasField("shard") else None)
+                    if self._read_target(info) == self.node_id:
+                        reads.setdefault(info.id, []).append((i, g.key))
+                        self.counters["get"] += 1
+                        continue
+            except Exception as exc:  # noqa: BLE001 - reported per op
+                results[i] = self._error_result(exc)
+                continue
+            rest.append(i)
+
+        async def group_write(sid: int, items: list[tuple[int, list[Op]]]) -> None:
+            ops = [o for _, batch in items for o in batch]
+            try:
+                await self.controlets[sid].write(ops)
+                res = pb.OpResult(status=pb.OpStatus(code=0))
+            except Exception as exc:  # noqa: BLE001 - the group shares its fate
+                res = self._error_result(exc)
+            for i, _ in items:
+                results[i] = res
+
+        async def group_read(sid: int, items: list[tuple[int, bytes]]) -> None:
+            try:
+                values = await self.controlets[sid].get_many([k for _, k in items])
+            except Exception as exc:  # noqa: BLE001 - the group shares its fate
+                err = self._error_result(exc)
+                for i, _ in items:
+                    results[i] = err
+                return
+            for (i, _), v in zip(items, values):
+                results[i] = pb.OpResult(
+                    status=pb.OpStatus(code=0), get=pb.GetResponse(found=v is not None, value=v or b"")
+                )
+
+        async def single(i: int) -> None:
+            results[i] = await self.do_op(req.ops[i], hops)
+
+        jobs = [group_write(s_, items) for s_, items in writes.items()]
+        jobs += [group_read(s_, items) for s_, items in reads.items()]
+        jobs += [single(i) for i in rest]
+        if len(jobs) == 1:
+            await jobs[0]
+        elif jobs:
+            await asyncio.gather(*jobs)
         return pb.MultiResponse(results=results)
 
     # -- scans --------------------------------------------------------------------------------

@@ -106,6 +106,10 @@ class Controlet(abc.ABC):
     async def get(self, key: bytes) -> bytes | None:
         """Read ``key`` with the mode's consistency."""
 
+    async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """``get`` of several keys (each read has the mode's consistency)."""
+        return [await self.get(k) for k in keys]
+
     @abc.abstractmethod
     async def write(self, ops: list[Op]) -> None:
         """Apply ``ops`` (puts and deletes) with the mode's atomicity and durability."""

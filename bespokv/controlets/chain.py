@@ -103,16 +103,24 @@ class ChainControlet(MasterSlaveControlet):
         """Wait until the tail has acknowledged ``seq``."""
         if self.successor is None or seq <= self.acked:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._waiters.append((seq, fut))
+        timer = loop.call_later(self.ctx.tuning.request_timeout, self._expire, fut, seq)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.ctx.tuning.request_timeout)
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"shard {self.ctx.shard_id}: write {seq} is applied at the head but the chain has not "
-                f"acknowledged it within {self.ctx.tuning.request_timeout}s (a replica is down?); "
-                "it will commit when the chain recovers"
-            ) from None
+            await fut
+        finally:
+            timer.cancel()
+
+    def _expire(self, fut: asyncio.Future[None], seq: int) -> None:
+        if not fut.done():
+            fut.set_exception(
+                DeadlineExceededError(
+                    f"shard {self.ctx.shard_id}: write {seq} is applied at the head but the chain has not "
+                    f"acknowledged it within {self.ctx.tuning.request_timeout}s (a replica is down?); "
+                    "it will commit when the chain recovers"
+                )
+            )
 
     async def write(self, ops: list[Op]) -> None:
         self._check_head()
@@ -140,6 +148,10 @@ class ChainControlet(MasterSlaveControlet):
     async def get(self, key: bytes) -> bytes | None:
         self._check_tail()
         return self.datalet.get(key)
+
+    async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self._check_tail()
+        return self.datalet.multi_get(keys)
 
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None

@@ -142,6 +142,14 @@ class LwwControlet(VersionedControlet):
             raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
         return self.get_local(key)
 
+    async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if not self.readable:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
+        out: list[bytes | None] = []
+        for enc in self.datalet.multi_get(keys):
+            out.append(None if enc is None or enc[0] != versioned.LIVE else enc[versioned.HEADER :])
+        return out
+
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:

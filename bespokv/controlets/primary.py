@@ -130,6 +130,10 @@ class PrimaryBackupControlet(MasterSlaveControlet):
         self._check_readable()
         return self.datalet.get(key)
 
+    async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        self._check_readable()
+        return self.datalet.multi_get(keys)
+
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:

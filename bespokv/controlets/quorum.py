@@ -175,6 +175,9 @@ class QuorumControlet(VersionedControlet):
     async def get(self, key: bytes) -> bytes | None:
         return (await self._read_keys([key]))[0]
 
+    async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return await self._read_keys(keys)
+
     # -- scans ----------------------------------------------------------------------------
 
     async def _scan_from(self, node: str, lo: bytes | None, hi: bytes, reverse: bool) -> list[tuple[bytes, bytes]]:
