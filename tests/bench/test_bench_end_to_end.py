@@ -156,3 +156,25 @@ def test_cli_repeats_trials_rotating_the_system_order(tmp_path: Path) -> None:
     assert [(t["system"], t["repeat"]) for t in doc["trials"]] == \
         [("noop", 0), ("noop-async", 0), ("noop-async", 1), ("noop", 1)]
     assert "spread" in (tmp_path / "report.md").read_text()
+
+
+def test_max_time_stops_between_slices_and_keeps_records_aligned(tmp_path: Path) -> None:
+    import time
+
+    from bench.runners.noop import NoopRunner
+
+    class SlowReads(NoopRunner):
+        def read(self, key: bytes) -> bytes | None:
+            time.sleep(0.0005)
+            return b""
+
+    session = Session(SlowReads(RunnerConfig(tmp_path)))
+    session.open()
+    cfg = StreamConfig(CORE_WORKLOADS["b"], 1_000, 100_000, seed=1)
+    rec = session.run(cfg, max_seconds=0.2)
+    assert rec.stopped_early and 0 < rec.items < 100_000 and rec.items % 256 == 0
+    assert rec.codes.size == rec.latencies_ns.size == rec.items
+    assert rec.seconds < 5
+    done = session.run(dataclasses.replace(cfg, operation_count=200), max_seconds=1e-9)
+    assert done.items == 200 and not done.stopped_early  # the deadline passed after the last op
+    session.close()
