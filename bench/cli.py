@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after the load: none, flush memtables, or flush and compact everything "
                         "(default compact: every system starts the run from a settled tree)")
     g.add_argument("--warmup-ops", type=_typed(parse_count, "count"),
-                   help="operations to run (and not measure) before the run phase (default 0)")
+                   help="operations to run (and not measure) before the run phase; the run "
+                        "continues the same operation streams (default 0)")
     g.add_argument("--max-time", type=_typed(parse_duration, "duration"), dest="max_seconds",
                    help="stop the run phase after this long (90s, 5m), even if --ops are not done")
     g.add_argument("--trial-timeout", type=_typed(parse_duration, "duration"),

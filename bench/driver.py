@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from bench.runners import AnyRunner
-from bench.workloads import OpBatch, OperationStream, StreamConfig, load_batches
+from bench.workloads import OpBatch, OperationStream, StreamConfig, load_batches, thread_share
 
 __all__ = ["PhaseRecord", "Session"]
 
@@ -291,6 +291,7 @@ class Session:
     def __init__(self, runner: AnyRunner) -> None:
         self.runner = runner
         self._loop = asyncio.new_event_loop() if runner.is_async else None
+        self._warm: tuple[StreamConfig, list[OperationStream]] | None = None
 
     def _call(self, result: Any) -> Any:
         if self._loop is not None:
@@ -317,14 +318,30 @@ class Session:
         work = [load_batches(cfg, t, batch_size) for t in range(cfg.threads)]
         return self._drive("load", _sync_load, _async_load, work, progress, None)
 
+    def warm_up(self, cfg: StreamConfig, operations: int,
+                progress: Progress = _no_progress) -> PhaseRecord:
+        """Issue the first ``operations`` operations of the workload's streams, for the
+        caller not to report; the next :meth:`run` with the same ``cfg`` continues them."""
+        streams = [OperationStream(cfg, t) for t in range(cfg.threads)]
+        work = [s.take(thread_share(operations, cfg.threads, t)) for t, s in enumerate(streams)]
+        self._warm = (cfg, streams)
+        return self._drive("warmup", _sync_ops, _async_ops, work, progress, None)
+
     def run(self, cfg: StreamConfig, phase: str = "run", operation_count: int | None = None,
             max_seconds: float | None = None, progress: Progress = _no_progress) -> PhaseRecord:
         """Issue the workload's operations with ``cfg.threads`` clients.
 
-        Stops after the batch in which ``max_seconds`` ran out, if given (the record says
-        ``stopped_early``).
+        Continues the streams of a preceding :meth:`warm_up` with the same ``cfg``.
+        Stops within 256 operations per client after ``max_seconds`` ran out, if given
+        (the record says ``stopped_early``).
         """
-        work = [OperationStream(cfg, t, phase, operation_count) for t in range(cfg.threads)]
+        total = cfg.operation_count if operation_count is None else operation_count
+        if self._warm is not None and self._warm[0] == cfg:
+            streams = self._warm[1]
+        else:
+            streams = [OperationStream(cfg, t) for t in range(cfg.threads)]
+        self._warm = None
+        work = [s.take(thread_share(total, cfg.threads, t)) for t, s in enumerate(streams)]
         return self._drive(phase, _sync_ops, _async_ops, work, progress, max_seconds)
 
     def _drive(self, phase: str, sync_target: Callable[..., None], async_target: Callable[..., Any],

@@ -102,7 +102,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
         if warmup:
             update, close = _progress_bar(progress, warmup, f"{label} warm-up", "op")
             try:
-                w = session.run(stream, "warmup", warmup, progress=update)
+                w = session.warm_up(stream, warmup, progress=update)
             finally:
                 close()
             result["warmup"] = {"items": w.items, "seconds": w.seconds}

@@ -44,6 +44,7 @@ __all__ = [
     "StreamConfig",
     "OpBatch",
     "OperationStream",
+    "OpSlice",
     "load_batches",
     "thread_share",
 ]
@@ -64,7 +65,7 @@ class Op(IntEnum):
 
 OP_NAMES: tuple[str, ...] = ("read", "update", "insert", "scan", "rmw")
 _WRITE_OPS = (Op.UPDATE, Op.INSERT, Op.RMW)
-_PHASE_CODES = {"load": 0, "run": 1, "warmup": 2}
+_PHASE_CODES = {"load": 0, "run": 1}
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,13 @@ class OpBatch:
 
 
 class OperationStream:
-    """The run-phase (or warm-up) operations of one client thread, in batches.
+    """The run-phase operations of one client thread, in batches.
 
     Iterating yields :class:`OpBatch` objects totalling this thread's share of
-    ``operation_count`` (or ``operation_count`` given here). Not thread-safe; one stream
-    per thread.
+    ``operation_count`` (or ``operation_count`` given here); :meth:`take` hands out
+    consecutive slices instead (a warm-up is the first slice, the measured run the
+    next, so the run continues where the warm-up left off: its inserts are new keys).
+    Not thread-safe; one stream per thread.
     """
 
     def __init__(self, cfg: StreamConfig, thread: int = 0, phase: str = "run",
@@ -208,11 +211,15 @@ class OperationStream:
         self._inserted = 0  # inserts this thread has issued so far
 
     def __iter__(self) -> Iterator[OpBatch]:
-        left = self.count
-        while left > 0:
-            n = min(self.batch_size, left)
-            left -= n
-            yield self._batch(n)
+        return iter(self.take(self.count))
+
+    def take(self, count: int) -> "OpSlice":
+        """The next ``count`` operations of this stream (a warm-up, then the run, say).
+
+        The slice draws lazily from the stream's state when iterated; iterate slices in
+        the order they were taken.
+        """
+        return OpSlice(self, count)
 
     def _batch(self, n: int) -> OpBatch:
         cfg, rng = self.cfg, self._rng
@@ -239,6 +246,21 @@ class OperationStream:
             for i, length in zip(scans.tolist(), lengths):
                 args[i] = length
         return OpBatch(codes, codes.tolist(), self._keys.keys(keynums), args)
+
+
+class OpSlice:
+    """``count`` consecutive operations of an :class:`OperationStream`, in batches."""
+
+    def __init__(self, stream: OperationStream, count: int) -> None:
+        self.stream = stream
+        self.count = count
+
+    def __iter__(self) -> Iterator[OpBatch]:
+        left = self.count
+        while left > 0:
+            n = min(self.stream.batch_size, left)
+            left -= n
+            yield self.stream._batch(n)
 
 
 def load_batches(cfg: StreamConfig, thread: int = 0,

@@ -178,3 +178,19 @@ def test_max_time_stops_between_slices_and_keeps_records_aligned(tmp_path: Path)
     done = session.run(dataclasses.replace(cfg, operation_count=200), max_seconds=1e-9)
     assert done.items == 200 and not done.stopped_early  # the deadline passed after the last op
     session.close()
+
+
+def test_warm_up_then_run_inserts_only_new_keys(tmp_path: Path) -> None:
+    runner = runner_class("rocksdb")(RunnerConfig(tmp_path))
+    session = Session(runner)
+    session.open()
+    try:
+        cfg = StreamConfig(CORE_WORKLOADS["d"], 1_000, 4_000, seed=2)
+        session.load(cfg)
+        warm = session.warm_up(cfg, 2_000)
+        run = session.run(cfg)
+        assert warm.items == 2_000 and run.items == 4_000 and run.not_found == 0
+        inserts = int((warm.codes == Op.INSERT).sum() + (run.codes == Op.INSERT).sum())
+        assert runner.scan(b"", 100_000) == 1_000 + inserts
+    finally:
+        session.close()

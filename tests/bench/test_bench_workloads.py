@@ -152,3 +152,18 @@ def test_config_round_trips() -> None:
     assert cfg.resolved_distribution == "uniform"
     assert StreamConfig(CORE_WORKLOADS["d"], 10, 20).resolved_distribution == "latest"
     assert StreamConfig(CORE_WORKLOADS["d"], 10, 1000).expected_inserts == 100
+
+
+def test_slices_continue_the_stream_so_run_inserts_follow_warmup_inserts() -> None:
+    cfg = StreamConfig(CORE_WORKLOADS["d"], 1_000, 10_000, seed=8)
+    stream = OperationStream(cfg)
+    first = [b for b in stream.take(3_000)]
+    second = [b for b in stream.take(5_000)]
+    assert sum(len(b.ops) for b in first) == 3_000 and sum(len(b.ops) for b in second) == 5_000
+
+    def inserted(batches):
+        return [k for b in batches for c, k in zip(b.ops, b.keys) if c == Op.INSERT]
+
+    a, b = inserted(first), inserted(second)
+    keys = cfg.key_space().keys(np.arange(1_000, 1_000 + len(a) + len(b)))
+    assert a + b == keys  # consecutive key numbers, none inserted twice
