@@ -40,7 +40,9 @@ class SlateDBRunner(AsyncRunner):
         cfg = self.config
         target = cfg.object_store
         if target is not None:
-            b = sd.ObjectStoreBuilder(sd.ObjectStoreType.S3)
+            # Explicit (moto) credentials, or the usual AWS_* variables for a real endpoint.
+            b = (sd.ObjectStoreBuilder(sd.ObjectStoreType.S3) if target.access_key_id
+                 else sd.ObjectStoreBuilder.from_env(sd.ObjectStoreType.S3))
             b.with_config("bucket", target.bucket)
             b.with_config("region", target.region)
             if target.endpoint_url:
