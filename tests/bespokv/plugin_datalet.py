@@ -9,12 +9,16 @@ as ``kind = "plugin_datalet:PlainDictDatalet"`` when this directory is on ``sys.
 from __future__ import annotations
 
 import bisect
+import time
 
 
 class PlainDictDatalet:
+    """``write_delay``: seconds to sleep per written key (makes a slow replica in tests)."""
+
     kind = "plain-dict"
 
-    def __init__(self, **options):
+    def __init__(self, write_delay: float = 0.0, **options):
+        self.write_delay = float(write_delay)
         self.options = options
         self.d: dict[bytes, bytes] = {}
 
@@ -26,6 +30,8 @@ class PlainDictDatalet:
         for k, v in ops:
             if not isinstance(k, bytes) or (v is not None and not isinstance(v, bytes)):
                 raise TypeError("keys and values must be bytes")
+        if self.write_delay:
+            time.sleep(self.write_delay * len(ops))
         for k, v in ops:
             if v is None:
                 self.d.pop(k, None)

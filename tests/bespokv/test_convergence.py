@@ -4,13 +4,15 @@ its tombstones)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
-from bespokv.config import Tuning
-from bespokv.testing import LocalCluster
+from bespokv.config import DataletSpec, Tuning
+from bespokv.shardmap import ShardMap
+from bespokv.testing import LocalCluster, make_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -99,3 +101,52 @@ def test_replicas_converge_after_writes_stop(mode):
             assert c.get_many(KEYS) == values[0]
         for cl in clients:
             cl.close()
+
+
+def test_ms_ec_replica_lag_is_bounded_and_reported(tmp_path):
+    """A slow replica (0.3 ms per written key) makes the master hold writers back so the
+    replica never lags more than max_lag_entries (plus the writes already admitted)."""
+    bound = 100
+    plain = DataletSpec("plugin_datalet:PlainDictDatalet")
+    tuning = Tuning(max_lag_entries=bound, request_timeout=10.0)
+    probe = make_config(3, replicas=3, shards=1, mode="ms-ec", ports=[1, 2, 3])
+    slow_node = ShardMap.from_config(probe).shards[0].tail  # placement depends on ids only
+    slow = DataletSpec("plugin_datalet:PlainDictDatalet", {"write_delay": 0.0003})
+    cfg = make_config(
+        3, replicas=3, shards=1, mode="ms-ec", datalet=plain, tuning=tuning,
+        node_datalets={slow_node: slow}, base_dir=str(tmp_path),
+    )
+    here = os.path.dirname(__file__)
+    env = {"PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with LocalCluster(config=cfg, dir=str(tmp_path), env=env) as cluster:
+        c = cluster.client(retries=5)
+        master = c.shard_map().shards[0].head
+        stop = threading.Event()
+        written = [0]
+
+        def writer() -> None:
+            n = 0
+            while not stop.is_set():
+                c.put_many((b"lag%05d" % ((n + j) % 3000), b"v") for j in range(50))
+                n += 50
+                written[0] = n
+
+        t = threading.Thread(target=writer)
+        t.start()
+        lags = []
+        try:
+            for _ in range(20):
+                st = c.node_stats(master)
+                lags.append(st.shards[0].lag[slow_node])
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            t.join(30)
+        assert max(lags) > 0, lags  # reported
+        assert max(lags) <= bound + 50 + 5, lags  # bounded (50 writes per admitted batch)
+        assert f"lag_s.{slow_node}" in c.node_stats(master).shards[0].info
+        deadline = time.monotonic() + 20
+        while c.node_stats(master).shards[0].lag[slow_node] != 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        c.close()
