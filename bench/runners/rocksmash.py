@@ -60,9 +60,9 @@ class RocksmashRunner(Runner):
             if cfg.local_budget:
                 opts["local_budget"] = cfg.local_budget
         if cfg.cache_size:
-            name = "cache_size"
-            if known is not None and name not in known and "block_cache_size" in known:
-                name = "block_cache_size"
+            # --cache-size is every system's in-memory block cache: rocksmash's
+            # block_cache_size (its cache_size is the on-disk DataCache of cloud blocks).
+            name = "block_cache_size" if known is None or "block_cache_size" in known else "cache_size"
             opts[name] = cfg.cache_size
         opts.update(cfg.options)
         self._opts = opts
