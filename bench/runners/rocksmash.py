@@ -4,7 +4,11 @@
 ``s3://bucket/prefix``) with ``object_store_options`` holding cloudtier's S3 options
 (``endpoint_url``, ``region``, ``access_key``, ``secret_key``; or a top-level
 ``endpoint_url`` for an engine without ``object_store_options``), ``local_budget``
-(``10%`` or ``2GiB``), ``cache_size`` (bytes), plus every ``--opt rocksmash.KEY=VALUE``.
+(``10%`` or ``2GiB``), ``block_cache_size`` (``--cache-size``: the in-memory block
+cache, as for every system; rocksmash's own ``cache_size``, the on-disk DataCache of
+cloud blocks, keeps its default unless set with ``--opt rocksmash.cache_size=...``),
+plus every ``--opt rocksmash.KEY=VALUE``. An object store asked of an engine without
+the option is refused up front with a clear error, not silently dropped.
 Object-store credentials reach boto3 through the standard ``AWS_*`` environment
 variables, which the trial sets for the moto endpoint.
 
