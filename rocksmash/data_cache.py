@@ -245,13 +245,17 @@ class DataCache:
 
     # -- the write path ---------------------------------------------------------------
 
-    def put(self, table: int, block: int, data: bytes, *, force: bool = False) -> bool:
+    def put(self, table: int, block: int, data: bytes, *, force: bool = False,
+            if_room: bool = False) -> bool:
         """Offer block ``block`` of ``table``; return whether it was admitted.
 
-        ``force=True`` skips admission (compaction writing hot ranges of its output); such
-        a block starts with one eviction credit, as it is known to be hot. A ``put`` of a
-        cached name replaces it (keeping its counts). Never raises for I/O errors: a
-        cache that cannot write just does not admit.
+        While the cache has room, every block is admitted (admission only guards what
+        would evict). ``force=True`` skips admission (compaction writing hot ranges of
+        its output); such a block starts with one eviction credit, as it is known to be
+        hot. ``if_room=True`` admits only without evicting anything (compaction filling
+        spare space with the rest of its output). A ``put`` of a cached name replaces it
+        (keeping its counts). Never raises for I/O errors: a cache that cannot write just
+        does not admit.
         """
         if not 0 <= block < DROP_BLOCK or not 0 <= table < 1 << 64:
             raise InvalidArgumentError(f"table {table} / block {block} out of range")
@@ -262,7 +266,11 @@ class DataCache:
             key = table << 32 | block
             blocks = self._index.get(table)
             cached = blocks is not None and block in blocks
-            if not (cached or force or self._always or
+            room = self._disk + RECORD_HEADER_SIZE + n <= self.capacity
+            if if_room and not room:
+                self._rejected += 1
+                return False
+            if not (cached or force or room or self._always or
                     self._ghost.get(key, 0) >= ADMIT_MISSES):
                 self._rejected += 1
                 return False
@@ -400,6 +408,17 @@ class DataCache:
         """Block numbers of ``table`` in the cache, ascending."""
         with self._lock:
             return sorted(self._index.get(table, ()))
+
+    def hot_blocks(self, table: int) -> list[int]:
+        """Cached blocks of ``table`` that are hot: read since they came in, or put with
+        ``force`` (known hot) and not yet through a reclaim without being read. That
+        inherited hotness decays with cache pressure, so chained compactions keep a hot
+        range hot without the hot set growing for ever."""
+        with self._lock:
+            blocks = self._index.get(table)
+            if not blocks:
+                return []
+            return sorted(b for b, e in blocks.items() if e[_HITS] or e[_FREQ])
 
     def hotness(self, table: int, block: int) -> int:
         """Hits on this block since it was admitted (0 if it is not cached)."""

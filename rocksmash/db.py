@@ -768,20 +768,41 @@ class DB:
 
         Output goes to the object store when the output level is a cloud level. The old
         files are deleted after the edit is durable (and, for cloud objects, after the
-        mirror no longer names them and no reader holds them).
+        mirror no longer names them and no reader holds them). Then the data cache is
+        warmed from the local copies of the new cloud tables (compaction-aware caching):
+        after the old tables' blocks are dropped, so the new ones have their room.
         """
         cloud = self._cloud
         to_cloud = (cloud is not None
                     and c.output_level >= first_cloud_level(self._version, self.options))
+        hot = self._hot_ranges(c) if to_cloud and self.options.compaction_aware_cache else []
         edit = VersionEdit(deleted=[(lvl, f.number) for lvl, f in c.inputs])
         outputs: list[FileMeta] = []
-        if c.trivial_move:
-            (_, f), = c.inputs
-            moved = self._upload_table(f) if to_cloud and f.tier == LOCAL else f.moved()
-            outputs.append(moved)
-        else:
-            outputs = self._merge(c, to_cloud)
-        edit.added = [(c.output_level, f) for f in outputs]
+        # (table number, a readable local copy, its temporary path or None)
+        fills: list[tuple[int, Table, str | None]] = []
+        try:
+            if c.trivial_move:
+                (_, f), = c.inputs
+                if to_cloud and f.tier == LOCAL:
+                    outputs.append(self._upload_table(f))
+                    fills.append((f.number, f.table, None))
+                else:
+                    outputs.append(f.moved())
+            else:
+                outputs = self._merge(c, to_cloud, fills)
+            edit.added = [(c.output_level, f) for f in outputs]
+            self._install(c, edit, outputs)
+            if self.options.compaction_aware_cache:
+                for number, t, _ in fills:
+                    self._fill_cache(number, t, hot)
+        finally:
+            for _, t, tmp in fills:
+                if tmp is not None:
+                    t.close()
+                    os.unlink(tmp)
+
+    def _install(self, c: Compaction, edit: VersionEdit, outputs: list[FileMeta]) -> None:
+        """Log ``edit``, swap in the new version, publish the mirror, retire the inputs."""
         touches_cloud = any(f.tier == CLOUD for f in outputs) or any(
             f.tier == CLOUD for _, f in c.inputs)
         with self._version_lock:
@@ -813,8 +834,10 @@ class DB:
                 except FileNotFoundError:
                     pass
 
-    def _merge(self, c: Compaction, to_cloud: bool) -> list[FileMeta]:
-        """Run the merge job of ``c``; return the new files with open readers."""
+    def _merge(self, c: Compaction, to_cloud: bool,
+               fills: list[tuple[int, Table, str | None]]) -> list[FileMeta]:
+        """Run the merge job of ``c``; return the new files with open readers. Cloud
+        outputs' local copies are appended to ``fills`` (the caller deletes them)."""
         cloud = self._cloud
         with self._lock:
             snapshots = self._live_snapshots()
@@ -841,17 +864,17 @@ class DB:
             else:  # the store cannot be reopened in a worker (memory://, a given object)
                 job["store"] = cloud.store
                 worker = None
-        hot = self._hot_ranges(c) if to_cloud and opts.compaction_aware_cache else []
         infos: list[TableInfo] = self._run_job(worker, "compact", **job)
         outputs = []
         for n, info in zip(numbers, infos):
             f = FileMeta(n, info.size, info.smallest, info.largest, info.min_seq,
                          info.max_seq, None, CLOUD if to_cloud else LOCAL,
                          cloud.epoch if to_cloud and cloud else 0)
-            if to_cloud:
-                self._adopt_upload(f, info.path, hot)
-            else:
-                f.table = self._open_table(f)
+            if to_cloud:  # keep its metadata locally; the local copy warms the cache later
+                local = Table(n, LocalFile(info.path), None, info.path)
+                fills.append((n, local, info.path))
+                self._meta_cache.put(n, local.meta())
+            f.table = self._open_table(f)
             outputs.append(f)
         if not to_cloud:
             fsync_dir(self.path)
@@ -876,25 +899,9 @@ class DB:
                       CLOUD, self._cloud.epoch)
         path = os.path.join(self.path, filenames.table_name(f.number))
         self._cloud.upload(path, cf.object_key)
-        hot = [(f.table.index_keys[i - 1] if i else None, f.table.index_keys[i])
-               for i, b in enumerate(f.table.blocks) if b is not None]
         self._meta_cache.put(f.number, f.table.meta())
-        self._fill_cache(f.number, f.table, hot)
         cf.table = self._open_table(cf)
         return cf
-
-    def _adopt_upload(self, f: FileMeta, path: str, hot: list[tuple[bytes | None, bytes]]
-                      ) -> None:
-        """A compaction uploaded ``path`` as ``f``: keep its metadata and its hot blocks
-        locally, drop the local copy, open the cloud reader."""
-        local = Table(f.number, LocalFile(path), None, path)
-        try:
-            self._meta_cache.put(f.number, local.meta())
-            self._fill_cache(f.number, local, hot)
-        finally:
-            local.close()
-            os.unlink(path)
-        f.table = self._open_table(f)
 
     def _hot_ranges(self, c: Compaction) -> list[tuple[bytes | None, bytes]]:
         """Key ranges of the inputs' blocks that are cached (in memory or in the data
@@ -904,7 +911,7 @@ class DB:
             t = f.table
             cached = {i for i, b in enumerate(t.blocks) if b is not None}
             if f.tier == CLOUD:
-                cached.update(self._data_cache.cached_blocks(f.number))
+                cached.update(self._data_cache.hot_blocks(f.number))
             for i in cached:
                 ranges.append((t.index_keys[i - 1] if i else None, t.index_keys[i]))
         # Union into disjoint ranges, sorted: then both ends increase together.
@@ -921,22 +928,29 @@ class DB:
     def _fill_cache(self, number: int, t: Table,
                     hot: list[tuple[bytes | None, bytes]]) -> None:
         """Put the blocks of ``t`` that overlap ``hot`` ranges (disjoint, sorted; each
-        ``(lo, hi]``) in the data cache, from bytes we have locally (no fetch)."""
-        if not hot:
-            return
+        ``(lo, hi]``) in the data cache, then others while it has spare room: from bytes
+        we have locally, so the table is warm without a single fetch."""
         his = [h for _, h in hot]
         filled = 0
+        cold = []
         for j, sep in enumerate(t.index_keys):
             lo = t.index_keys[j - 1] if j else None  # block j holds keys in (lo, sep]
             i = bisect_right(his, lo) if lo is not None else 0
             # the first hot range ending after lo overlaps if it starts before sep
             if i < len(hot) and (hot[i][0] is None or hot[i][0] < sep):
-                self._data_cache.put(number, j, t._fetch(j), force=True)
-                filled += 1
+                filled += self._data_cache.put(number, j, t._fetch(j), force=True)
+            else:
+                cold.append(j)
+        for j in cold:  # spare room takes the rest, evicting nothing
+            if not self._data_cache.put(number, j, t._fetch(j), if_room=True):
+                break
+            filled += 1
         self._stats["cache_fills_by_compaction"] += filled
 
     def _retire_object(self, f: FileMeta) -> None:
-        """Delete ``f``'s object once no reader holds its table (old versions in use)."""
+        """Delete ``f``'s object once no reader holds its table (old versions in use).
+        Its cached blocks go now: a straggling reader can fetch again."""
+        self._data_cache.drop_table(f.number)
         self._dead_objects.append((f.object_key, f.number, weakref.ref(f.table)))
 
     def _collect_dead_objects(self, force: bool = False) -> None:

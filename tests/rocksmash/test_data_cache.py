@@ -44,8 +44,24 @@ def fill(c: DataCache, table: int, blocks: range, **kw) -> None:
 
 # -- admission -------------------------------------------------------------------------
 
+def test_admits_freely_while_there_is_room(tmp_path):
+    c = DataCache(str(tmp_path), 1 << 20)
+    assert c.put(1, 0, blk(1, 0)) is True  # never missed, but nothing must go for it
+    assert c.get(1, 0) == blk(1, 0)
+    c.close()
+
+
+def fill_up(c: DataCache, table: int = 99) -> int:
+    """Fill ``c`` to capacity with blocks of ``table``; return how many went in."""
+    n = 0
+    while c.put(table, n, blk(table, n), if_room=True):
+        n += 1
+    return n
+
+
 def test_second_hit_admission(tmp_path):
     c = DataCache(str(tmp_path), 1 << 20)
+    assert fill_up(c) > 0  # from now on, admitting means evicting: admission applies
     data = blk(1, 0)
     assert c.get(1, 0) is None
     assert c.put(1, 0, data) is False      # first miss: remembered, not admitted
@@ -53,12 +69,13 @@ def test_second_hit_admission(tmp_path):
     assert c.put(1, 0, data) is True       # second miss: admitted
     assert c.get(1, 0) == data and c.get(1, 0) == data
     assert c.hotness(1, 0) == 2 and c.hotness(1, 1) == 0
+    fill_up(c, 98)  # admitting evicted a segment: full again
     assert c.put(2, 0, blk(2, 0)) is False  # never missed
     assert c.put(2, 0, blk(2, 0), force=True) is True
+    assert c.hotness(2, 0) == 0  # hotness counts reads only
     s = c.stats()
-    assert (s["hits"], s["misses"], s["admitted"], s["rejected"]) == (2, 2, 2, 2)
-    assert s["entries"] == 2 and s["bytes"] == len(data) + len(blk(2, 0))
-    assert s["hit_ratio"] == 0.5 and s["capacity"] == 1 << 20
+    assert (s["hits"], s["misses"], s["hit_ratio"]) == (2, 2, 0.5)
+    assert s["capacity"] == 1 << 20 and s["bytes"] <= 1 << 20
     c.close()
 
 
@@ -78,11 +95,13 @@ def test_one_off_scan_does_not_evict_hot_blocks(tmp_path):
             if c.get(1, b) is None:
                 c.put(1, b, blk(1, b, size=2000))
     assert c.cached_blocks(1) == list(hot)
-    # A scan over 10x the capacity, each block read once (get miss, fetch, put).
+    # A scan over 10x the capacity, each block read once (get miss, fetch, put): it may
+    # take the free room, never the hot blocks' place.
     for b in range(1300):
         assert c.get(2, b) is None
-        assert c.put(2, b, blk(2, b, size=2000)) is False
-    assert c.cached_blocks(1) == list(hot) and c.cached_blocks(2) == []
+        c.put(2, b, blk(2, b, size=2000))
+    assert c.cached_blocks(1) == list(hot)
+    assert len(c.cached_blocks(2)) < 128  # at most the room that was free
     assert all(c.get(1, b) == blk(1, b, size=2000) for b in hot)
     c.close()
 
