@@ -903,41 +903,40 @@ class DB:
         cf.table = self._open_table(cf)
         return cf
 
-    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes | None, bytes]]:
-        """Key ranges of the inputs' blocks that are cached (in memory or in the data
-        cache): compaction-aware caching keeps these hot in the output."""
+    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes, bytes]]:
+        """Key ranges ``[lo, hi]`` of the inputs' hot blocks: in the block cache and hit
+        since its last sweep, or hot in the data cache. Compaction-aware caching keeps
+        these ranges cached in the output. Disjoint and sorted."""
         ranges = []
         for _, f in c.inputs:
             t = f.table
-            cached = {i for i, b in enumerate(t.blocks) if b is not None}
+            hot = {i for i, b in enumerate(t.blocks) if b is not None and t.refs[i]}
             if f.tier == CLOUD:
-                cached.update(self._data_cache.hot_blocks(f.number))
-            for i in cached:
-                ranges.append((t.index_keys[i - 1] if i else None, t.index_keys[i]))
-        # Union into disjoint ranges, sorted: then both ends increase together.
-        ranges.sort(key=lambda r: (r[0] is not None, r[0] or b""))
-        merged: list[tuple[bytes | None, bytes]] = []
+                hot.update(self._data_cache.hot_blocks(f.number))
+            for i in hot:  # block i holds keys in (index_keys[i-1], index_keys[i]]
+                ranges.append((t.index_keys[i - 1] if i else f.smallest, t.index_keys[i]))
+        ranges.sort()
+        merged: list[tuple[bytes, bytes]] = []
         for lo, hi in ranges:
-            if merged and (lo is None or lo <= merged[-1][1]):
+            if merged and lo <= merged[-1][1]:
                 if hi > merged[-1][1]:
                     merged[-1] = (merged[-1][0], hi)
             else:
                 merged.append((lo, hi))
         return merged
 
-    def _fill_cache(self, number: int, t: Table,
-                    hot: list[tuple[bytes | None, bytes]]) -> None:
-        """Put the blocks of ``t`` that overlap ``hot`` ranges (disjoint, sorted; each
-        ``(lo, hi]``) in the data cache, then others while it has spare room: from bytes
-        we have locally, so the table is warm without a single fetch."""
+    def _fill_cache(self, number: int, t: Table, hot: list[tuple[bytes, bytes]]) -> None:
+        """Put the blocks of ``t`` that overlap ``hot`` ranges in the data cache, then
+        others while it has spare room: from bytes we have locally, so the table is warm
+        without a single fetch."""
         his = [h for _, h in hot]
         filled = 0
         cold = []
         for j, sep in enumerate(t.index_keys):
-            lo = t.index_keys[j - 1] if j else None  # block j holds keys in (lo, sep]
-            i = bisect_right(his, lo) if lo is not None else 0
-            # the first hot range ending after lo overlaps if it starts before sep
-            if i < len(hot) and (hot[i][0] is None or hot[i][0] < sep):
+            # Block j holds keys in (lo, sep]; the first hot range ending after lo
+            # overlaps it if it starts at or before sep.
+            i = bisect_right(his, t.index_keys[j - 1]) if j else 0
+            if i < len(hot) and hot[i][0] <= sep:
                 filled += self._data_cache.put(number, j, t._fetch(j), force=True)
             else:
                 cold.append(j)

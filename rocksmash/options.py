@@ -52,8 +52,8 @@ def _size(default: int) -> Any:
 class Options:
     """All engine options. Construct with :meth:`from_kwargs` to get parsing and checks."""
 
-    # Bytes of keys+values a memtable holds before it is sealed and flushed. RocksDB's
-    # default; Python objects roughly double the resident size.
+    # Memory a memtable may use before it is sealed and flushed: keys, values and about
+    # 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default.
     memtable_size: int = _size(64 << 20)
     # Sealed memtables allowed to wait for flush before writers stall (memory bound).
     max_immutable_memtables: int = 2
