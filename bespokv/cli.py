@@ -256,8 +256,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - report and clean up
         print(f"bespokv: cluster did not start: {exc}", file=sys.stderr)
         for nid in cluster.node_ids:
-            with contextlib.suppress(OSError), open(cluster.log_path(nid), "rb") as f:
-                tail = f.read()[-800:].decode(errors="replace").strip()
+            with contextlib.suppress(OSError), open(cluster.log_path(nid), "rb") as logf:
+                tail = logf.read()[-800:].decode(errors="replace").strip()
                 if tail:
                     print(f"--- {nid} log (tail) ---\n{tail}", file=sys.stderr)
         cluster.stop()
@@ -441,3 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0

@@ -32,7 +32,6 @@ from bespokv.coordinator import Coordinator, StaticCoordinator
 from bespokv.datalets import DataletFactory, make_datalet
 from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
 from bespokv.errors import (
-    Error,
     InvalidArgumentError,
     UnavailableError,
     WrongShardError,

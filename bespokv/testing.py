@@ -331,7 +331,7 @@ class LocalCluster:
         return AsyncClient(self.addresses, **kwargs)
 
     def stop(self) -> None:
-        for nid, p in self.procs.items():
+        for p in self.procs.values():
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, signal.SIGTERM)

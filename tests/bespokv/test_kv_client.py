@@ -9,7 +9,7 @@ import threading
 import grpc
 import pytest
 
-from bespokv.client import AsyncClient, Client
+from bespokv.client import Client
 from bespokv.errors import InvalidArgumentError, UnavailableError
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
@@ -125,3 +125,23 @@ def test_any_node_serves_any_key(mode):
             assert r.succeeded and r.current == b"2"
         stats = [n.node_status() for n in tc.nodes.values()]
         assert sum(s.counters["forwarded"] for s in stats) > 0
+
+
+def test_each_shard_names_its_controlet(tmp_path):
+    """One cluster, four shards, the four modes; the client routes each by its mode."""
+    from bespokv.config import ShardOverride
+
+    overrides = [ShardOverride(i, mode=m) for i, m in enumerate(["ms-sc", "ms-ec", "aa-sc", "aa-ec"])]
+    cfg = make_config(3, replicas=3, shards=4, mode="ms-sc", shard_overrides=overrides, base_dir=str(tmp_path))
+    path = tmp_path / "cluster.toml"
+    cfg.write(path)
+    with ThreadedCluster(cfg) as tc, Client.from_config(str(path)) as c:
+        smap = c.shard_map()
+        assert [smap.shards[i].mode for i in range(4)] == ["ms-sc", "ms-ec", "aa-sc", "aa-ec"]
+        keys = [b"mixed%03d" % i for i in range(100)]
+        c.put_many((k, k) for k in keys)
+        assert c.get_many(keys) == keys
+        assert {smap.shard_for(k) for k in keys} == {0, 1, 2, 3}
+        assert [k for k, _ in c.scan(b"mixed", b"mixee")] == keys
+        modes = {s.mode for n in tc.nodes.values() for s in n.node_status().shards}
+        assert modes == {"ms-sc", "ms-ec", "aa-sc", "aa-ec"}
