@@ -109,6 +109,29 @@ class CloudTier:
         self._mirror_etag: str | None = None
         self._unknown_body: bytes | None = None
         self._lock = threading.Lock()
+        self._worker_traffic: dict[str, Any] = {"requests": {}, "bytes_in": 0, "bytes_out": 0}
+
+    def add_worker_traffic(self, t: dict[str, Any]) -> None:
+        """Count requests a worker process made on its own handle of the store."""
+        with self._lock:
+            w = self._worker_traffic
+            for kind, n in t["requests"].items():
+                w["requests"][kind] = w["requests"].get(kind, 0) + n
+            w["bytes_in"] += t["bytes_in"]
+            w["bytes_out"] += t["bytes_out"]
+
+    def traffic(self) -> dict[str, Any]:
+        """cloudtier's meter snapshot of this process, with the requests and bytes of the
+        worker processes added in (latencies and cost estimates are this process's)."""
+        snap = self.metered.snapshot()
+        with self._lock:
+            w = self._worker_traffic
+            for kind, n in w["requests"].items():
+                snap["requests"][kind] = snap["requests"].get(kind, 0) + n
+            snap["bytes_in"] += w["bytes_in"]
+            snap["bytes_out"] += w["bytes_out"]
+            snap["worker_requests"] = dict(w["requests"])
+        return snap
 
     @property
     def shareable(self) -> bool:

@@ -864,7 +864,10 @@ class DB:
             else:  # the store cannot be reopened in a worker (memory://, a given object)
                 job["store"] = cloud.store
                 worker = None
-        infos: list[TableInfo] = self._run_job(worker, "compact", **job)
+        result = self._run_job(worker, "compact", **job)
+        infos: list[TableInfo] = result["tables"]
+        if result["traffic"] is not None and cloud is not None:
+            cloud.add_worker_traffic(result["traffic"])
         outputs = []
         for n, info in zip(numbers, infos):
             f = FileMeta(n, info.size, info.smallest, info.largest, info.min_seq,
@@ -1066,7 +1069,7 @@ class DB:
                     "meta_bytes_pct_of_cloud": (100.0 * meta_bytes / cloud_bytes
                                                 if cloud_bytes else 0.0),
                     "data_cache": self._data_cache.stats(),
-                    "object_store": self._cloud.metered.snapshot(),
+                    "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._dead_objects),
                 }
         return out

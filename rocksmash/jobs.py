@@ -157,12 +157,34 @@ def _store(spec: Any) -> Any:
     key = json.dumps(spec, sort_keys=True, default=str)
     store = _stores.get(key)
     if store is None:
-        store = cloudtier.open_store(spec["url"], **spec["options"])
+        store = cloudtier.MeteredStore(cloudtier.open_store(spec["url"], **spec["options"]))
         if spec["retries"]:
             store = cloudtier.RetryingStore(
                 store, cloudtier.RetryPolicy(max_attempts=spec["retries"] + 1))
         _stores[key] = store
     return store
+
+
+def _traffic(store: Any) -> dict | None:
+    """Request and byte counts of a worker's own store handle (None in-process, where
+    the caller's store already counts them)."""
+    import cloudtier
+
+    meter = store.find(cloudtier.MeteredStore) if store is not None else None
+    if meter is None:
+        return None
+    snap = meter.snapshot()
+    return {"requests": dict(snap["requests"]), "bytes_in": snap["bytes_in"],
+            "bytes_out": snap["bytes_out"]}
+
+
+def _delta(after: dict | None, before: dict | None) -> dict | None:
+    if after is None or before is None:
+        return None
+    return {"requests": {k: v - before["requests"].get(k, 0)
+                         for k, v in after["requests"].items()},
+            "bytes_in": after["bytes_in"] - before["bytes_in"],
+            "bytes_out": after["bytes_out"] - before["bytes_out"]}
 
 
 def _open_input(src: dict, store: Any) -> Table:
@@ -176,7 +198,7 @@ def _open_input(src: dict, store: Any) -> Table:
 
 def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
             snapshots: list[int], bottommost: bool, target_file_size: int,
-            store: Any = None, upload_keys: list[str] | None = None) -> list[TableInfo]:
+            store: Any = None, upload_keys: list[str] | None = None) -> dict:
     """Merge sorted runs of tables into new tables at ``out_paths`` (in order).
 
     Each run is a list of table sources in key order whose ranges do not overlap (one
@@ -184,8 +206,11 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
     object in ``store``. With ``upload_keys``, output i is also uploaded to
     ``upload_keys[i]`` once finished (the local file stays for the caller). The caller
     allocated more output paths than the job can need; running out raises.
+
+    Returns ``{"tables": [TableInfo], "traffic": object-store counts or None}``.
     """
     st = _store(store)
+    before = _traffic(st) if isinstance(store, dict) else None
     tables = []
     try:
         for run in runs:
@@ -210,7 +235,7 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
                     st.put(key, data)
                 except StoreError as e:
                     raise store_errors(f"uploading {key}", e) from e
-        return infos
+        return {"tables": infos, "traffic": _delta(_traffic(st), before)}
     finally:
         for run in tables:
             for t in run:

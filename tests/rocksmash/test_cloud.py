@@ -45,6 +45,9 @@ def test_tables_go_to_the_cloud_and_read_back(tmp_path, store_options):
         s = db.stats()["cloud"]
         assert s["cloud_tables"] >= 2 and s["cloud_table_bytes"] > 0
         assert s["local_table_bytes"] == 0
+        # uploads count, whether a worker process or this one made them
+        assert s["object_store"]["requests"]["put"] >= s["cloud_tables"]
+        assert s["object_store"]["bytes_in"] >= s["cloud_table_bytes"]
         for i in range(0, 3000, 97):
             assert db.get(b"key%06d" % i) == b"value%06d" % i * 4
         assert [k for k, _ in db.scan(b"key000100", b"key000110")] == [
