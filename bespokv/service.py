@@ -69,6 +69,25 @@ def _wrap_unary_response(fn: Callable[..., Any], method: str) -> Callable[..., A
     return handler
 
 
+def _wrap_bidi(fn: Callable[..., Any], method: str) -> Callable[..., Any]:
+    """A stream-stream handler; a stream cancelled by its peer ends quietly (the peer went
+    away, there is nobody to answer), other errors become statuses."""
+
+    @functools.wraps(fn)
+    async def handler(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(request_iterator, context)
+        except grpc.aio.AbortError:
+            raise
+        except asyncio.CancelledError:
+            return None
+        except BaseException as exc:  # noqa: BLE001 - every error becomes a status
+            err = _to_error(exc, method)
+            await context.abort(err.code, str(err))
+
+    return handler
+
+
 def _wrap_stream_response(fn: Callable[..., Any], method: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     async def handler(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -107,7 +126,7 @@ def generic_handler(service_name: str, servicer: Any) -> grpc.GenericRpcHandler:
         ser = resp_cls.SerializeToString
         if m.client_streaming and m.server_streaming:
             handlers[m.name] = grpc.stream_stream_rpc_method_handler(
-                _wrap_unary_response(fn, method), request_deserializer=deser, response_serializer=ser
+                _wrap_bidi(fn, method), request_deserializer=deser, response_serializer=ser
             )
         elif m.server_streaming:
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(

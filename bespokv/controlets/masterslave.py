@@ -51,6 +51,7 @@ class MasterSlaveControlet(Controlet):
         self._tasks: list[asyncio.Task[None]] = []
         self.recovered_from = ""
         self.last_upstream_time = 0.0
+        self._upstream_task: asyncio.Task[object] | None = None
 
     # -- topology (subclasses) --------------------------------------------------------------
 
@@ -93,6 +94,10 @@ class MasterSlaveControlet(Controlet):
         for link in self.links.values():
             await link.stop()
         self._session += 1  # ends any upstream stream handler
+        task = self._upstream_task
+        if task is not None and not task.done():
+            task.cancel()  # the handler returns quietly before the server stops
+            await asyncio.gather(task, return_exceptions=True)
 
     def _set_synced(self, value: bool) -> None:
         if value != self.synced:
@@ -185,6 +190,7 @@ class MasterSlaveControlet(Controlet):
         self._session += 1
         session = self._session
         self._upstream_from = sender
+        self._upstream_task = asyncio.current_task()
         self.last_upstream_time = time.monotonic()
         progress = CatchUp(first.hello.position)
         # A replica stays synced across reconnects (its data is exact for what it has
