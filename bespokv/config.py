@@ -141,6 +141,9 @@ class Tuning:
     max_lag_entries: int = 10_000
     #: aa-ec: seconds between anti-entropy rounds with each peer.
     anti_entropy_interval: float = 2.0
+    #: aa-ec: fraction of reads that also compare the key with the other replicas and
+    #: repair whichever side is behind (in the background; anti-entropy does the rest).
+    read_repair_chance: float = 0.1
     #: aa-ec: seconds a tombstone lives before it is collected; a replica down for longer
     #: must be wiped before it rejoins, or it could resurrect deleted keys.
     tombstone_grace: float = 3600.0
@@ -153,6 +156,8 @@ class Tuning:
     def __post_init__(self) -> None:
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
             raise InvalidArgumentError("timeouts and intervals must be positive")
+        if not 0.0 <= self.read_repair_chance <= 1.0:
+            raise InvalidArgumentError("read_repair_chance must be between 0 and 1")
 
 
 @dataclass(frozen=True)

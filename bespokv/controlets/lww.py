@@ -5,7 +5,9 @@
   (batched ``VersionedWrite`` calls, one outbox per peer). Replicas keep the highest
   version of each key, so they agree once they have seen the same writes, whatever the
   order. Deletes are tombstones.
-* Reads and scans are served by the replica the request reaches.
+* Reads and scans are served by the replica the request reaches. A fraction
+  (``read_repair_chance``) of reads also compares the keys with the other replicas in the
+  background and repairs whichever side is behind (read repair).
 * Anti-entropy repairs what pushes missed (a peer was down, an outbox overflowed): every
   ``anti_entropy_interval`` a replica compares per-bucket digests (64 buckets, each the XOR
   of a hash of every key with its version) with each peer and exchanges the contents of
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import AsyncIterator
 
@@ -50,7 +53,8 @@ class LwwControlet(VersionedControlet):
         self._tasks: list[asyncio.Task[None]] = []
         self._pushing = 0
         self._failing: set[str] = set()  # peers whose last push failed
-        self.stats.update({"pushed": 0, "push_dropped": 0, "tombstones_collected": 0})
+        self.stats.update({"pushed": 0, "push_dropped": 0, "tombstones_collected": 0, "read_repairs": 0})
+        self._repairs = 0  # read repairs in flight (bounded)
         # A replica whose datalet is volatile comes back empty: it copies one peer's
         # replica before it serves reads (it forwards them meanwhile).
         self.readable = ctx.datalet.persistent or not ctx.others
@@ -140,11 +144,52 @@ class LwwControlet(VersionedControlet):
     async def get(self, key: bytes) -> bytes | None:
         if not self.readable:
             raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
+        self._maybe_repair([key])
         return self.get_local(key)
+
+    def _maybe_repair(self, keys: list[bytes]) -> None:
+        chance = self.ctx.tuning.read_repair_chance
+        if chance and self.ctx.others and self._repairs < 64 and random.random() < chance:
+            self._repairs += 1
+            task = asyncio.ensure_future(self.read_repair(keys))
+            task.add_done_callback(self._repair_done)
+
+    def _repair_done(self, task: asyncio.Future[int]) -> None:
+        self._repairs -= 1
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("shard %s: read repair failed: %r", self.ctx.shard_id, task.exception())
+
+    async def read_repair(self, keys: list[bytes]) -> int:
+        """Bring ``keys`` up to date on every reachable replica; returns values fixed."""
+        keys = list(dict.fromkeys(keys))
+        views: dict[str, list[bytes | None]] = {self.ctx.node_id: self.datalet.multi_get(keys)}
+        results = await asyncio.gather(
+            *(self.read_from(n, keys, versions_only=False) for n in self.ctx.others), return_exceptions=True
+        )
+        for node, r in zip(self.ctx.others, results):
+            if isinstance(r, list):
+                views[node] = r
+        best: list[bytes | None] = []
+        for i in range(len(keys)):
+            b: bytes | None = None
+            for vals in views.values():
+                v = vals[i]
+                if v is not None and (b is None or versioned.newer(v, b)):
+                    b = v
+            best.append(b)
+        fixed = 0
+        for node, vals in views.items():
+            stale = [(k, b) for k, b, v in zip(keys, best, vals) if b is not None and (v is None or versioned.newer(b, v))]
+            if stale:
+                fixed += len(stale)
+                await self.write_to(node, stale)
+        self.stats["read_repairs"] += fixed
+        return fixed
 
     async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         if not self.readable:
             raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
+        self._maybe_repair(keys)
         out: list[bytes | None] = []
         for enc in self.datalet.multi_get(keys):
             out.append(None if enc is None or enc[0] != versioned.LIVE else enc[versioned.HEADER :])
@@ -227,6 +272,6 @@ class LwwControlet(VersionedControlet):
         st = super().status()
         for node, box in self._outbox.items():
             st.lag[node] = len(box)
-        for k in ("pushed", "push_dropped", "tombstones_collected"):
+        for k in ("pushed", "push_dropped", "tombstones_collected", "read_repairs"):
             st.info[k] = str(int(self.stats[k]))
         return st

@@ -150,3 +150,27 @@ def test_ms_ec_replica_lag_is_bounded_and_reported(tmp_path):
             assert time.monotonic() < deadline
             time.sleep(0.1)
         c.close()
+
+
+def test_aa_ec_read_repair():
+    """A value only one replica has reaches the others through reads alone."""
+    from bespokv import versioned
+    from bespokv.testing import ThreadedCluster
+
+    tuning = Tuning(anti_entropy_interval=3600.0, read_repair_chance=1.0)
+    cfg = make_config(3, replicas=3, shards=1, mode="aa-ec", tuning=tuning)
+    with ThreadedCluster(cfg) as tc, tc.client() as c:
+        c.put(b"rr", b"old")
+        info = c.shard_map().shards[0]
+        home = c.aio.target(info, write=False)
+        holder = next(n for n in info.replicas if n != home)
+        ctl = tc.nodes[holder].controlets[0]
+        newer = versioned.encode(tc.run(lambda: ctl.ctx.clock.now()) + 1000, 1, b"new")
+        tc.run(lambda: ctl.store_if_newer([(b"rr", newer)]))
+        assert c.get_local(home, b"rr") == b"old"
+        deadline = time.monotonic() + 10
+        while any(c.get_local(n, b"rr") != b"new" for n in info.replicas):
+            c.get(b"rr")  # served by `home`, repaired in the background
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.get(b"rr") == b"new"
