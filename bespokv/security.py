@@ -108,6 +108,9 @@ def channel_options(limits: Limits | None = None, tls: TlsConfig | None = None) 
         ("grpc.keepalive_time_ms", 10_000),
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.enable_retries", 0),
+        # Do not share connections (and their reconnect backoff) with other channels to
+        # the same address: a node restarted on its port must be reachable at once.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
     if tls is not None and tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))
