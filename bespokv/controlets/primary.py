@@ -6,9 +6,9 @@
   a prefix of the master's history.
 * Replica lag is bounded: when a connected replica is more than ``max_lag_entries``
   behind, new writes wait for it to catch up (RESOURCE_EXHAUSTED after
-  ``request_timeout``). A disconnected replica does not hold writes back; it catches up
-  from the log or by a full copy when it returns. Lag (entries and seconds) is reported in
-  the shard status.
+  ``request_timeout``). A disconnected replica, or one receiving a full copy, does not
+  hold writes back; it catches up from the log or by a full copy when it returns. Lag
+  (entries and seconds) is reported in the shard status.
 * Reads are served by the replica the request reaches (the client spreads them, or asks
   for the master to read its own writes); a replica that is not yet caught up after a
   restart forwards its reads to the master.
@@ -64,7 +64,9 @@ class PrimaryBackupControlet(MasterSlaveControlet):
         self._lag_changed = asyncio.Event()
 
     def _max_lag(self) -> int:
-        return max((l.lag for l in self.links.values() if l.connected), default=0)
+        # A replica receiving a full copy is not counted: it catches up from the log
+        # right after, and holding writers back for the length of a copy would stall them.
+        return max((l.lag for l in self.links.values() if l.connected and not l.copying), default=0)
 
     async def _wait_for_lag(self) -> None:
         bound = self.ctx.tuning.max_lag_entries

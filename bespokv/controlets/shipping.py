@@ -385,6 +385,7 @@ class Link:
         self.can_send = can_send
         self.gate = gate
         self.connected = False
+        self.copying = False  # a full copy is streaming to the downstream
         self.applied = 0  # downstream's applied seq (in our history)
         self.acked = 0  # seq acknowledged by the end of the chain below
         self.last_error = ""
@@ -459,10 +460,17 @@ class Link:
             call.cancel()
 
     async def _write(self, call: Any, their: pb.Position) -> None:
-        async for msg in feed(self.store, self.shard, their, follow=True, owner=self):
-            if msg.WhichOneof("body") == "snapshot_begin":
-                self.copies += 1
-            await call.write(msg)
+        try:
+            async for msg in feed(self.store, self.shard, their, follow=True, owner=self):
+                body = msg.WhichOneof("body")
+                if body == "snapshot_begin":
+                    self.copies += 1
+                    self.copying = True
+                await call.write(msg)
+                if body == "snapshot_end":
+                    self.copying = False
+        finally:
+            self.copying = False
 
     async def _read(self, call: Any) -> None:
         while True:
