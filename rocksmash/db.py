@@ -44,7 +44,7 @@ from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
 from .worker import WorkerDied, WorkerProcess
-from .write_batch import WriteBatch, encode_batch, encode_delete, encode_put
+from .write_batch import WriteBatch, encode_batch, encode_delete
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
@@ -361,7 +361,10 @@ class DB:
                 self._wait_for_room()
             seq = self._seq + 1
             wal = self._wal
-            end = self._wal_add(encode_put(seq, key, value))
+            try:
+                end = wal.add_put(seq, key, value)
+            except OSError as e:
+                raise self._wal_failed(e) from e
             mem = self._mem
             mem.put(key, seq, value, self._keep_upto)
             self._seq = seq
@@ -408,9 +411,7 @@ class DB:
             wal = self._wal
             end = self._wal_add(encode_batch(seq, ops))
             mem = self._mem
-            # Keep every replaced version until ``_seq`` is published: a reader may
-            # look up a key this batch already overwrote while the rest is applied.
-            keep = self._seq if len(ops) > 1 else self._keep_upto
+            keep = self._keep_upto
             for i, (key, value) in enumerate(ops):
                 mem.put(key, seq + i, value, keep)
             self._seq = seq + len(ops) - 1
@@ -436,14 +437,19 @@ class DB:
                 f"value of {len(value)} bytes exceeds max_value_size ({self._max_value})")
 
     def _wal_add(self, payload: bytes) -> int:
-        """Append to the WAL (write lock held). A failed append poisons the database for
-        writes: a partial record may be on disk, and nothing may follow it."""
+        """Append to the WAL (write lock held)."""
         try:
             return self._wal.add(payload)
         except OSError as e:
-            err = Error(f"WAL write failed: {e}; reopen the database to recover")
-            self._bg_error = err
-            raise err from e
+            raise self._wal_failed(e) from e
+
+    def _wal_failed(self, e: OSError) -> Error:
+        """A failed append poisons the database for writes (write lock held): a partial
+        record may be on disk, and nothing may follow it. Reopening recovers."""
+        err = Error(f"WAL write failed: {e}; reopen the database to recover")
+        self._bg_error = err
+        self._update_stall()
+        return err
 
     def _wait_for_room(self) -> None:
         """Block (write lock held) while memtables or L0 are full; raise if closed/failed."""
@@ -512,6 +518,14 @@ class DB:
             value = self._get_below(key, seq)
         elif e[0] <= seq:
             value = e[1]
+        elif snapshot is None:
+            # A write to this key is in flight (in the memtable, not yet published; the
+            # version it replaced is not kept for readers without a snapshot). Wait for
+            # the writer to publish it, then read again: it is at most one write long.
+            with self._lock:
+                seq = self._seq
+            e = self._mem.visible(key, seq)
+            value = self._get_below(key, seq) if e is None else e[1]
         else:
             e = self._mem.visible(key, seq)
             value = self._get_below(key, seq) if e is None else e[1]

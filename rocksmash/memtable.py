@@ -100,13 +100,14 @@ class Memtable:
         lo, hi = start, end
         lo_incl = True
         hi_incl = False
+        size = 4  # a short scan needs few memtable keys: start small, double up to _CHUNK
         while True:
             if lock is not None:
                 with lock, self.fold_lock:
-                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse)
+                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse, size)
             else:
                 with self.fold_lock:
-                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse)
+                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse, size)
             if not chunk:
                 return
             keys: list[bytes] = []
@@ -117,18 +118,19 @@ class Memtable:
                     keys.append(key)
                     values.append(e[1])
             yield keys, values
-            if len(chunk) < _CHUNK:
+            if len(chunk) < size:
                 return
+            size = min(size * 2, _CHUNK)
             if reverse:
                 hi, hi_incl = chunk[-1], False
             else:
                 lo, lo_incl = chunk[-1], False
 
     def _chunk(self, lo: bytes | None, hi: bytes | None, lo_incl: bool, hi_incl: bool,
-               reverse: bool) -> list[bytes]:
-        """Up to _CHUNK sorted keys in the range (caller holds ``fold_lock``, and the DB
+               reverse: bool, size: int) -> list[bytes]:
+        """Up to ``size`` sorted keys in the range (caller holds ``fold_lock``, and the DB
         write lock if this memtable is active)."""
         if self.pending:
             self.keys.update(self.pending)
             self.pending = []
-        return list(islice(self.keys.irange(lo, hi, (lo_incl, hi_incl), reverse), _CHUNK))
+        return list(islice(self.keys.irange(lo, hi, (lo_incl, hi_incl), reverse), size))

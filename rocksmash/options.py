@@ -65,7 +65,8 @@ class Options:
     bloom_bits_per_key: int = 10
     # Default for the ``sync`` argument of writes: fsync the WAL before returning.
     sync: bool = False
-    # Bytes of decoded data blocks kept in memory (counted as their uncompressed size).
+    # Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts
+    # its block cache; the Python objects around them add roughly half again.
     block_cache_size: int = _size(64 << 20)
     # Size at which compaction cuts output tables. Small enough that one compaction step
     # is a few seconds of Python work.

@@ -30,7 +30,11 @@ from .env import fsync_dir, write_all
 from .errors import CorruptionError
 from .filenames import segment_name
 from .log_format import encode_record, read_records
-from .write_batch import is_valid_batch
+from .write_batch import KIND_PUT, is_valid_batch
+
+_PUT1 = struct.Struct("<QIBI")
+_U32 = struct.Struct("<I")
+crc32 = zlib.crc32
 
 __all__ = ["WalWriter", "Segment", "read_segment", "read_segment_header", "SEGMENT_MAGIC"]
 
@@ -65,6 +69,19 @@ class WalWriter:
         """Append one record; return the offset just past it."""
         rec = encode_record(payload)
         n = os.write(self._fd, rec)  # one syscall in the common case
+        if n != len(rec):
+            write_all(self._fd, memoryview(rec)[n:])
+        self.offset += len(rec)
+        return self.offset
+
+    def add_put(self, seq: int, key: bytes, value: bytes) -> int:
+        """Append the record of a one-put batch: :meth:`add` of ``encode_put``, written
+        out because it is the hottest write path (one Python call instead of four)."""
+        payload = b"".join((_PUT1.pack(seq, 1, KIND_PUT, len(key)), key,
+                            _U32.pack(len(value)), value))
+        head = _U32.pack(len(payload))
+        rec = b"".join((head, _U32.pack(crc32(payload, crc32(head))), payload))
+        n = os.write(self._fd, rec)
         if n != len(rec):
             write_all(self._fd, memoryview(rec)[n:])
         self.offset += len(rec)

@@ -243,3 +243,56 @@ def test_concurrent_writers_and_readers(tmp_path):
         assert not errors
         for t in range(3):
             assert len(list(db.scan(b"t%d-" % t, b"t%d-~" % t))) == 1500
+
+
+def test_readers_never_see_a_write_half_done(tmp_path, monkeypatch):
+    """A writer that pauses right after touching the memtable (before publishing its
+    sequence number): a reader must never miss a key that is being overwritten, nor see
+    half of a batch."""
+    import sys
+    import threading
+    import time
+
+    from rocksmash.memtable import Memtable
+
+    put = Memtable.put
+
+    def slow_put(self, *args):
+        put(self, *args)
+        time.sleep(0.0002)  # let the reader run inside the write
+
+    monkeypatch.setattr(Memtable, "put", slow_put)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        with rocksmash.open(tmp_path, background_processes=False) as db:
+            db.put(b"k", b"0")
+            db.write(WriteBatch().put(b"x", b"0").put(b"y", b"0"))
+            done = threading.Event()
+            errors = []
+
+            def writer():
+                for i in range(300):
+                    db.put(b"k", b"%d" % i)
+                    db.write(WriteBatch().put(b"x", b"%d" % i).put(b"y", b"%d" % i))
+                done.set()
+
+            def reader():
+                while not done.is_set():
+                    if db.get(b"k") is None:
+                        errors.append("k vanished")
+                    x, y = db.multi_get([b"x", b"y"])
+                    if x != y:
+                        errors.append(f"half a batch: {x!r} {y!r}")
+                    with db.snapshot() as s:
+                        if s.get(b"x") != s.get(b"y"):
+                            errors.append("half a batch in a snapshot")
+
+            threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[:5]
+    finally:
+        sys.setswitchinterval(old)

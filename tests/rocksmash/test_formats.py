@@ -78,7 +78,7 @@ def test_block_round_trip(entries, compression):
         b.add(k, s, v)
     raw = b.finish()
     blk = Block(decode_stored(encode_stored(raw, compression), "t"))
-    assert blk.keys == [e[0] for e in entries]
+    assert list(blk.keys) == [e[0] for e in entries]
     assert list(blk.seqs) == [e[1] for e in entries]
     assert [blk.value(i) for i in range(len(entries))] == [e[2] for e in entries]
 
