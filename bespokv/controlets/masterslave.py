@@ -167,11 +167,15 @@ class MasterSlaveControlet(Controlet):
         return pb.PositionResponse(position=self.store.position(), ready=self.synced)
 
     async def on_pull(self, request: pb.PullRequest) -> AsyncIterator[pb.ReplMessage]:
-        async for msg in feed(
+        messages = feed(
             self.store, self.ctx.shard_id, request.position, follow=False, owner=object(),
             chunk=self.ctx.tuning.export_chunk,
-        ):
-            yield msg
+        )
+        try:
+            async for msg in messages:
+                yield msg
+        finally:
+            await messages.aclose()
 
     def expected_upstream(self) -> str | None:
         """The node allowed to feed this one."""

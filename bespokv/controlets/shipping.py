@@ -460,8 +460,9 @@ class Link:
             call.cancel()
 
     async def _write(self, call: Any, their: pb.Position) -> None:
+        messages = feed(self.store, self.shard, their, follow=True, owner=self)
         try:
-            async for msg in feed(self.store, self.shard, their, follow=True, owner=self):
+            async for msg in messages:
                 body = msg.WhichOneof("body")
                 if body == "snapshot_begin":
                     self.copies += 1
@@ -471,6 +472,9 @@ class Link:
                     self.copying = False
         finally:
             self.copying = False
+            # Close now (not whenever the generator is collected): a copy in progress holds
+            # a datalet iterator that must be gone before the datalet is closed.
+            await messages.aclose()
 
     async def _read(self, call: Any) -> None:
         while True:

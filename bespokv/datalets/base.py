@@ -31,6 +31,8 @@ Provided on top of those (override when the store can do better)::
                                                 # consistent snapshot when the store has
                                                 # snapshots; controlets do not rely on it
                                                 # (they replay their log over the copy).
+                                                # Writes may happen between two chunks: the
+                                                # iterator must survive them.
     position() -> int | None                    # where the change feed is now, or None
     changes_since(pos) -> Iterator | None       # (pos, ops) for every write() after pos,
                                                 # or None when the store cannot (no feed,
@@ -106,15 +108,16 @@ class Datalet(abc.ABC):
         return [get(k) for k in keys]
 
     def export(self, chunk: int = 512) -> Iterator[list[tuple[bytes, bytes]]]:
-        """The whole contents, in key order, ``chunk`` pairs at a time."""
-        buf: list[tuple[bytes, bytes]] = []
-        for kv in self.scan():
-            buf.append(kv)
-            if len(buf) >= chunk:
-                yield buf
-                buf = []
-        if buf:
-            yield buf
+        """The whole contents, in key order, ``chunk`` pairs at a time. This default pages
+        with a fresh ``scan`` per chunk, so it needs nothing of the store's iterators."""
+        lo: bytes | None = None
+        while True:
+            page = list(self.scan(lo, None, limit=chunk))
+            if page:
+                yield page
+            if len(page) < chunk:
+                return
+            lo = page[-1][0] + b"\x00"
 
     def position(self) -> int | None:
         """The change feed's current position, or None when the store keeps no feed."""

@@ -154,7 +154,7 @@ def test_servers_bind_loopback_by_default():
 
 
 def test_token_auth():
-    cfg = make_config(3, replicas=3, shards=2, mode="aa-ec", token="s3cret")
+    cfg = make_config(3, replicas=3, shards=2, mode="aa-sc", token="s3cret")
     with ThreadedCluster(cfg) as tc:
         addr = cfg.nodes[0].address
         ch = grpc.insecure_channel(addr)
