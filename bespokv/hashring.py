@@ -5,7 +5,8 @@ Two rings place data (see docs/bespokv.md, "Sharding"):
 * keys -> shards: every shard owns ``vnodes`` points on a ring; a key belongs to the shard
   owning the first point at or after the key's hash (wrapping around);
 * shards -> replica sets: every node owns ``vnodes`` points on a second ring; a shard's
-  replicas are the first ``replicas`` distinct nodes met walking from the shard's hash.
+  replicas are the first ``replicas`` distinct nodes met walking from the shard's hash,
+  rotated (keeping the cyclic order) to spread heads and tails evenly (``shardmap.py``).
   The order matters: for master-slave modes the first is the head/master, the last the tail.
 
 Hashes are 64-bit xxh3 of the key. Adding a shard or a node moves only about 1/n of the

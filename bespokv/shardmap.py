@@ -8,6 +8,7 @@ for a given epoch.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -100,10 +101,17 @@ class ShardMap:
         node_ring: HashRing[str] = HashRing(list(nodes), cfg.vnodes, names=[n.encode() for n in nodes])
         overrides = {o.id: o for o in cfg.shard_overrides}
         shards: dict[int, ShardInfo] = {}
+        heads: Counter[str] = Counter()
+        tails: Counter[str] = Counter()
         for sid in range(cfg.shards):
             o = overrides.get(sid)
             mode = cfg.mode
-            replicas = tuple(node_ring.preference_list(b"shard:%d" % sid, cfg.replicas))
+            pl = node_ring.preference_list(b"shard:%d" % sid, cfg.replicas)
+            # Rotate the ring's order so heads (which take the writes) and tails (the
+            # chain's reads) spread over the nodes: with few shards the raw ring order
+            # can give one node most heads.
+            r = min(range(len(pl)), key=lambda i: (heads[pl[i]], tails[pl[i - 1]], i))
+            replicas = tuple(pl[r:] + pl[:r])
             if o is not None:
                 if o.mode:
                     from bespokv.config import normalize_mode
@@ -112,6 +120,8 @@ class ShardMap:
                 if o.replicas is not None:
                     replicas = o.replicas
             shards[sid] = ShardInfo(sid, mode, replicas)
+            heads[replicas[0]] += 1
+            tails[replicas[-1]] += 1
         return cls(shards, nodes, vnodes=cfg.vnodes, epoch=epoch, cluster=cfg.name)
 
     def shard_for(self, key: bytes) -> int:

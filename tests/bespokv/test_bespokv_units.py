@@ -155,7 +155,10 @@ def test_shard_map_routing():
     smap = ShardMap.from_config(cfg)
     assert all(len(s.replicas) == 3 and len(set(s.replicas)) == 3 for s in smap.shards.values())
     heads = collections.Counter(s.head for s in smap.shards.values())
-    assert len(heads) >= 3  # heads are spread over the nodes
+    assert sorted(heads.values()) == [2, 2, 2, 2, 2]  # heads are spread evenly
+    small = ShardMap.from_config(make_config(3, replicas=3, shards=3, ports=range(7001, 7004)))
+    assert sorted(s.head for s in small.shards.values()) == ["n1", "n2", "n3"]
+    assert sorted(s.tail for s in small.shards.values()) == ["n1", "n2", "n3"]
     assert smap.shard_for(b"x") == smap.shard_for(b"x")
     with pytest.raises(errors.UnknownShardError):
         smap.shard(10)
