@@ -44,7 +44,7 @@ from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
 from .worker import WorkerDied, WorkerProcess
-from .write_batch import WriteBatch, encode_batch, encode_delete
+from .write_batch import WriteBatch, encode_batch
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
@@ -351,7 +351,9 @@ class DB:
     # ----------------------------------------------------------------- writes
 
     def put(self, key: bytes, value: bytes, sync: bool | None = None) -> None:
-        """Set ``key`` to ``value``. With ``sync=True`` the WAL is fsynced before return."""
+        """Set ``key`` to ``value``. With ``sync=True`` the WAL is fsynced before return.
+
+        The hottest write path: :meth:`write` of a one-put batch, written out."""
         if type(key) is not bytes or type(value) is not bytes:
             WriteBatch().put(key, value)  # raises the right InvalidTypeError
         if len(key) > self._max_key or len(value) > self._max_value:
@@ -375,23 +377,7 @@ class DB:
 
     def delete(self, key: bytes, sync: bool | None = None) -> None:
         """Remove ``key`` (no error if it is absent)."""
-        if type(key) is not bytes:
-            WriteBatch().delete(key)
-        if len(key) > self._max_key:
-            self._check_sizes(key, b"")
-        with self._lock:
-            if self._stall or self._closed:
-                self._wait_for_room()
-            seq = self._seq + 1
-            wal = self._wal
-            end = self._wal_add(encode_delete(seq, key))
-            mem = self._mem
-            mem.put(key, seq, None, self._keep_upto)
-            self._seq = seq
-            if mem.size >= self._memtable_size:
-                self._switch_memtable()
-        if sync or (sync is None and self._default_sync):
-            self._sync_wal(wal, end)
+        self.write(WriteBatch().delete(key), sync)
 
     def write(self, batch: WriteBatch, sync: bool | None = None) -> None:
         """Apply every operation of ``batch`` atomically: all of them survive a crash or

@@ -61,6 +61,16 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
                             compression=opts["compression"],
                             bloom_bits_per_key=opts["bloom_bits_per_key"])
 
+    def builder_for_next_key() -> TableBuilder:
+        """The builder for a new key: a new table once the current one is big enough."""
+        nonlocal builder
+        if builder is None:
+            builder = new_builder()
+        elif target_size is not None and builder.file_size >= target_size:
+            out.append(builder.finish())
+            builder = new_builder()
+        return builder
+
     try:
         if not snapshots:
             # Fast path: the newest version of each key is the only one anyone can see.
@@ -71,12 +81,7 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
                 last = key
                 if value is None and bottommost:
                     continue
-                if builder is None:
-                    builder = new_builder()
-                elif target_size is not None and builder.file_size >= target_size:
-                    out.append(builder.finish())
-                    builder = new_builder()
-                builder.add(key, -nseq, value)
+                builder_for_next_key().add(key, -nseq, value)
         else:
             def groups() -> Iterator[tuple[bytes, list[tuple[int, bytes | None]]]]:
                 cur: bytes | None = None
@@ -92,15 +97,10 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
 
             for key, vs in groups():
                 kept = _retained(vs, snapshots, bottommost)
-                if not kept:
-                    continue
-                if builder is None:
-                    builder = new_builder()
-                elif target_size is not None and builder.file_size >= target_size:
-                    out.append(builder.finish())
-                    builder = new_builder()
-                for seq, value in kept:
-                    builder.add(key, seq, value)
+                if kept:
+                    b = builder_for_next_key()
+                    for seq, value in kept:
+                        b.add(key, seq, value)
         if builder is not None:
             out.append(builder.finish())
             builder = None

@@ -20,7 +20,7 @@ from typing import Iterator
 from .errors import CorruptionError, InvalidTypeError
 
 __all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "encode_batch", "encode_put",
-           "encode_delete", "decode_batch"]
+           "decode_batch"]
 
 KIND_DELETE = 0
 KIND_PUT = 1
@@ -78,10 +78,6 @@ def _type_error(key: object, value: object) -> None:
 def encode_put(seq: int, key: bytes, value: bytes) -> bytes:
     """The payload of a one-put batch (the write path's fast case)."""
     return b"".join((_PUT1.pack(seq, 1, KIND_PUT, len(key)), key, _U32.pack(len(value)), value))
-
-
-def encode_delete(seq: int, key: bytes) -> bytes:
-    return _PUT1.pack(seq, 1, KIND_DELETE, len(key)) + key
 
 
 def encode_batch(seq: int, ops: list[tuple[bytes, bytes | None]]) -> bytes:
