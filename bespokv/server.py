@@ -46,7 +46,7 @@ from bespokv.proto import bespokv_pb2 as pb
 from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
 from bespokv.service import check_stream, generic_handler
-from bespokv.shardmap import ShardInfo, ShardMap, node_number
+from bespokv.shardmap import ShardInfo, ShardMap, node_number, writer_id
 
 __all__ = ["Node"]
 
@@ -84,6 +84,10 @@ class Node:
         self._datalet_factory = datalet_factory
         self.limits: Limits = config.limits
         self.clock = HybridClock()
+        #: Tie-breaker in the versions this process writes (aa modes): the node id mixed
+        #: with a random incarnation, so versions stay unique across restarts even if a
+        #: restarted node picks a timestamp it used before the crash.
+        self.writer_id = writer_id(node_id, os.urandom(8))
         self.controlets: dict[int, Controlet] = {}
         self.datalets: dict[int, Datalet] = {}
         self.counters: Counter[str] = Counter()
@@ -124,6 +128,7 @@ class Node:
             ctx = ShardContext(
                 node_id=self.node_id,
                 node_number=node_number(self.node_id),
+                writer_id=self.writer_id,
                 shard=info,
                 datalet=datalet,
                 peers=self.peers,

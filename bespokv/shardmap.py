@@ -20,12 +20,17 @@ from bespokv.hashring import HashRing
 if TYPE_CHECKING:
     from bespokv.config import ClusterConfig
 
-__all__ = ["NodeInfo", "ShardInfo", "ShardMap", "node_number"]
+__all__ = ["NodeInfo", "ShardInfo", "ShardMap", "node_number", "writer_id"]
 
 
 def node_number(node_id: str) -> int:
     """A node's 32-bit number, the tie-breaker inside versions (aa modes). Frozen encoding."""
     return xxhash.xxh32_intdigest(node_id.encode())
+
+
+def writer_id(node_id: str, incarnation: bytes) -> int:
+    """The 32-bit writer field of versions written by one incarnation of a node."""
+    return xxhash.xxh32_intdigest(node_id.encode() + b"/" + incarnation)
 
 
 @dataclass(frozen=True)

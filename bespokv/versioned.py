@@ -11,7 +11,9 @@ Byte layout (big-endian; frozen - changing it breaks every stored aa-mode replic
     flags: 0x01 live value, 0x02 tombstone; other values are rejected as corrupt.
     timestamp: aa-sc: a per-node counter above every version it has seen (ABD);
                aa-ec: a hybrid logical clock reading (48-bit ms << 16 | 16-bit logical).
-    writer: the writing node's number (``shardmap.node_number``), the tie-breaker.
+    writer: the tie-breaker: a hash of the writing node's id and of its process
+            incarnation (``shardmap.writer_id``), so two writes never share a version,
+            even when a restarted node reuses a timestamp.
 
 A version is ``(timestamp, writer)``; the higher one wins, compared as a tuple. Because the
 header is fixed-width and big-endian, comparing the 12 header bytes after the flag byte

@@ -51,6 +51,8 @@ class ShardContext:
 
     node_id: str
     node_number: int
+    #: this process's tie-breaker in versions (node id + random incarnation)
+    writer_id: int
     shard: ShardInfo
     datalet: Datalet
     peers: PeerPool

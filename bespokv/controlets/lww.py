@@ -1,7 +1,7 @@
 """active-active + eventual consistency: last writer wins, by hybrid logical clock.
 
 * Any replica accepts a write: it stamps it with its hybrid logical clock (ties broken by
-  node number), stores it, answers, and pushes it to the other replicas asynchronously
+  writer id), stores it, answers, and pushes it to the other replicas asynchronously
   (batched ``VersionedWrite`` calls, one outbox per peer). Replicas keep the highest
   version of each key, so they agree once they have seen the same writes, whatever the
   order. Deletes are tombstones.
@@ -130,7 +130,7 @@ class LwwControlet(VersionedControlet):
 
     async def write(self, ops: list[Op]) -> None:
         ts = self.ctx.clock.now()
-        me = self.ctx.node_number
+        me = self.ctx.writer_id
         latest = dict(ops)  # a batch's later op on a key wins
         entries = [(k, versioned.encode(ts, me, v)) for k, v in latest.items()]
         self.store_if_newer(entries)

@@ -144,7 +144,7 @@ class QuorumControlet(VersionedControlet):
                 if enc is not None:
                     seen = max(seen, versioned.version_of(enc)[0])
         ts = self._next_ts(seen)
-        me = self.ctx.node_number
+        me = self.ctx.writer_id
         entries = [(k, versioned.encode(ts, me, latest[k])) for k in keys]
         await self._store(entries, self.replicas, self.q, "write")
 

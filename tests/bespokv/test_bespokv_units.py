@@ -283,3 +283,10 @@ def test_limits_and_tuning_validate():
         Tuning(request_timeout=0)
     with pytest.raises(errors.InvalidArgumentError):
         ClusterConfig(nodes=())
+
+
+def test_writer_ids_differ_per_incarnation():
+    from bespokv.shardmap import writer_id
+
+    assert writer_id("n1", b"\x00" * 8) != writer_id("n1", b"\x01" + b"\x00" * 7)
+    assert writer_id("n1", b"x") != writer_id("n2", b"x")
