@@ -4,8 +4,10 @@ Byte layout (big-endian; frozen - changing it breaks every stored aa-mode replic
 
     +--------+----------------+----------------+-------------------+
     | flags  | timestamp      | writer         | value             |
-    | 1 byte | uint64         | uint32         | rest (empty for a |
-    |        |                |                | tombstone)        |
+    | 1 byte | uint64         | uint32         | rest; for a       |
+    |        |                |                | tombstone: empty  |
+    |        |                |                | or its deletion   |
+    |        |                |                | time (uint64 ms)  |
     +--------+----------------+----------------+-------------------+
 
     flags: 0x01 live value, 0x02 tombstone; other values are rejected as corrupt.
@@ -26,7 +28,7 @@ import struct
 
 from bespokv.errors import CorruptionError
 
-__all__ = ["HEADER", "LIVE", "TOMBSTONE", "encode", "decode", "version_of", "newer", "ZERO"]
+__all__ = ["HEADER", "LIVE", "TOMBSTONE", "encode", "decode", "version_of", "newer", "deleted_at", "ZERO"]
 
 LIVE = 0x01
 TOMBSTONE = 0x02
@@ -37,11 +39,23 @@ Version = tuple[int, int]
 ZERO: Version = (0, 0)
 
 
-def encode(ts: int, writer: int, value: bytes | None) -> bytes:
-    """Encode a value (or a tombstone when ``value`` is None) with its version."""
+_MS = struct.Struct(">Q")
+
+
+def encode(ts: int, writer: int, value: bytes | None, *, deleted_at_ms: int | None = None) -> bytes:
+    """Encode a value (or a tombstone when ``value`` is None) with its version. A
+    tombstone may record its deletion time, for timestamps that are not clock readings."""
     if value is None:
-        return _H.pack(TOMBSTONE, ts, writer)
+        tail = b"" if deleted_at_ms is None else _MS.pack(deleted_at_ms)
+        return _H.pack(TOMBSTONE, ts, writer) + tail
     return _H.pack(LIVE, ts, writer) + value
+
+
+def deleted_at(data: bytes) -> int | None:
+    """A tombstone's recorded deletion time in ms (None: not a tombstone, or none kept)."""
+    if data[0] != TOMBSTONE or len(data) < HEADER + _MS.size:
+        return None
+    return _MS.unpack_from(data, HEADER)[0]
 
 
 def decode(data: bytes) -> tuple[Version, bytes | None]:

@@ -12,9 +12,11 @@
   ``anti_entropy_interval`` a replica compares per-bucket digests (64 buckets, each the XOR
   of a hash of every key with its version) with each peer and exchanges the contents of
   the buckets that differ, both ways.
-* Tombstones are collected ``tombstone_grace`` seconds after their timestamp. Incoming
-  tombstones older than that are dropped, so collected ones do not come back. A replica
-  that was down for longer than the grace period must be wiped before it rejoins.
+* Tombstones are collected ``tombstone_grace`` seconds after their timestamp. An incoming
+  tombstone older than that is dropped when there is nothing for it to delete (so
+  collected ones do not come back) and stored otherwise. A replica that was down for
+  longer than the grace period can still resurrect a key whose tombstone is gone from
+  every other replica: wipe such a replica before it rejoins.
 * CAS is not offered (UNIMPLEMENTED): last-writer-wins cannot make a conditional write
   atomic across replicas.
 """
@@ -29,9 +31,9 @@ from collections.abc import AsyncIterator
 
 from bespokv import versioned
 from bespokv.controlets.base import ShardContext
-from bespokv.controlets.registers import VersionedControlet, bucket_of, digest_of
+from bespokv.controlets.registers import VersionedControlet
 from bespokv.controlets.scanning import local_scan_chunks
-from bespokv.datalets.base import RESERVED_PREFIX, Op
+from bespokv.datalets.base import Op
 from bespokv.errors import UnavailableError
 from bespokv.hlc import physical_ms
 from bespokv.proto import bespokv_pb2 as pb
@@ -53,7 +55,7 @@ class LwwControlet(VersionedControlet):
         self._tasks: list[asyncio.Task[None]] = []
         self._pushing = 0
         self._failing: set[str] = set()  # peers whose last push failed
-        self.stats.update({"pushed": 0, "push_dropped": 0, "tombstones_collected": 0, "read_repairs": 0})
+        self.stats.update({"pushed": 0, "push_dropped": 0, "read_repairs": 0})
         self._repairs = 0  # read repairs in flight (bounded)
         # A replica whose datalet is volatile comes back empty: it copies one peer's
         # replica before it serves reads (it forwards them meanwhile).
@@ -68,7 +70,7 @@ class LwwControlet(VersionedControlet):
             self._tasks.append(asyncio.ensure_future(self.anti_entropy_loop()))
         if not self.readable:
             self._tasks.append(asyncio.ensure_future(self._initial_sync()))
-        self._tasks.append(asyncio.ensure_future(self._collector()))
+        self._tasks.append(asyncio.ensure_future(self.collector_loop()))
 
     async def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -113,14 +115,9 @@ class LwwControlet(VersionedControlet):
 
     # -- tombstones ---------------------------------------------------------------------
 
-    def _expired(self, enc: bytes, now_ms: int) -> bool:
-        if enc[0] != versioned.TOMBSTONE:
-            return False
-        ts = versioned.version_of(enc)[0]
-        return physical_ms(ts) < now_ms - int(self.ctx.tuning.tombstone_grace * 1000)
-
-    def accept(self, key: bytes, enc: bytes) -> bool:
-        return not self._expired(enc, time.time_ns() // 1_000_000)
+    def deletion_ms(self, enc: bytes) -> int | None:
+        # LWW versions are hybrid clock readings: a tombstone's version is its time.
+        return physical_ms(versioned.version_of(enc)[0])
 
     def observe(self, entries: list[tuple[bytes, bytes]]) -> None:
         if entries:
@@ -236,37 +233,6 @@ class LwwControlet(VersionedControlet):
                     self._pushing -= 1
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
-
-    def collect_tombstones(self) -> int:
-        """Delete tombstones older than the grace period; returns how many."""
-        now_ms = time.time_ns() // 1_000_000
-        dead: list[tuple[bytes, bytes]] = []
-        for chunk in self.datalet.export(4096):
-            for k, enc in chunk:
-                if not k.startswith(RESERVED_PREFIX) and self._expired(enc, now_ms):
-                    dead.append((k, enc))
-        if dead:
-            # Re-check under the same synchronous stretch: only delete what is unchanged.
-            current = self.datalet.multi_get([k for k, _ in dead])
-            ops: list[Op] = []
-            for (k, enc), cur in zip(dead, current):
-                if cur == enc:
-                    ops.append((k, None))
-                    self.digests[bucket_of(k)] ^= digest_of(k, enc)
-            if ops:
-                self.datalet.write(ops)
-            self.stats["tombstones_collected"] += len(ops)
-            return len(ops)
-        return 0
-
-    async def _collector(self) -> None:
-        period = max(0.5, min(self.ctx.tuning.tombstone_grace / 2, 60.0))
-        while True:
-            await asyncio.sleep(period)
-            try:
-                self.collect_tombstones()
-            except Exception as exc:  # noqa: BLE001 - retry next period
-                log.warning("shard %s: tombstone collection failed: %r", self.ctx.shard_id, exc)
 
     def status(self) -> pb.ShardStatus:
         st = super().status()

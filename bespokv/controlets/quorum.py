@@ -5,10 +5,11 @@ leader: any replica coordinates any operation, and every operation needs a major
 (``q = n // 2 + 1``) of the shard's replicas.
 
 * write(k, v): (1) ask a majority for k's version; (2) pick a version above every one
-  seen - ``(ts, writer)`` with ts above the highest seen and above anything this node
-  issued before, so it is unique; (3) store ``(version, v)`` at all replicas and answer once
-  a majority stored it. Deletes write tombstones. A batch runs both phases once for all its
-  keys (one RPC per replica per phase); it is atomic per key, not across keys.
+  seen - ``(ts, writer)`` with ts above the highest seen, above anything this node issued
+  before, and at least its hybrid clock's reading; the writer field makes it unique; (3) store ``(version, v)`` at all replicas and answer once
+  a majority stored it. Deletes write tombstones that record their wall-clock time. A
+  batch runs both phases once for all its keys (one RPC per replica per phase); it is
+  atomic per key, not across keys.
 * read(k): (1) ask a majority for k's versioned value; (2) if they disagree, write the
   highest back until a majority holds it (so no later read can return an older value);
   (3) return it.
@@ -20,6 +21,10 @@ aa-ec), which is safe here because it only delivers versioned values late, as a 
 network would. Every operation is linearizable per key. CAS is not offered (UNIMPLEMENTED): a
 read/write register cannot implement compare-and-set without consensus.
 
+Tombstones older than ``tombstone_grace`` are collected, but only once no replica holds a
+live value older than the tombstone (checked with a versions-only read of every replica):
+otherwise a replica that missed the delete could answer a quorum read with that value.
+
 A replica restarted with a volatile datalet has lost its values; until it has merged the
 replicas of ``n - q + 1`` others (which must include a survivor of every majority) it
 serves no quorum reads, though it accepts writes. With a persistent datalet it rejoins at
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bespokv import versioned
@@ -63,6 +69,25 @@ class QuorumControlet(VersionedControlet):
             self._tasks.append(asyncio.ensure_future(self._recover()))
         if self.ctx.others:
             self._tasks.append(asyncio.ensure_future(self.anti_entropy_loop()))
+        self._tasks.append(asyncio.ensure_future(self.collector_loop()))
+
+    async def confirm_collectable(self, dead: list[tuple[bytes, bytes]]) -> list[bool]:
+        """A tombstone is dropped only when no replica holds a live value older than it
+        (which a quorum read could otherwise bring back); replicas holding the tombstone,
+        nothing, or something newer are fine. Every replica must answer."""
+        ok = [True] * len(dead)
+        step = 1000
+        for node in self.ctx.others:
+            for i in range(0, len(dead), step):
+                part = dead[i : i + step]
+                try:
+                    theirs = await self.read_from(node, [k for k, _ in part], True)
+                except Exception:  # noqa: BLE001 - a replica is unreachable: not this round
+                    return [False] * len(dead)
+                for j, ((_, enc), t) in enumerate(zip(part, theirs)):
+                    if t is not None and t[0] == versioned.LIVE and versioned.newer(enc, t):
+                        ok[i + j] = False
+        return ok
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -129,7 +154,10 @@ class QuorumControlet(VersionedControlet):
         await self.quorum(calls, need, what, ambiguous=True)
 
     def _next_ts(self, seen: int) -> int:
-        self._last_ts = max(self._last_ts, seen) + 1
+        # Above everything seen and issued (ABD), and a hybrid clock reading: a version
+        # then also outranks any tombstone collected after its grace period, which a
+        # replica that has not collected it yet may still return.
+        self._last_ts = max(self._last_ts + 1, seen + 1, self.ctx.clock.now())
         return self._last_ts
 
     async def write(self, ops: list[Op]) -> None:
@@ -145,7 +173,8 @@ class QuorumControlet(VersionedControlet):
                     seen = max(seen, versioned.version_of(enc)[0])
         ts = self._next_ts(seen)
         me = self.ctx.writer_id
-        entries = [(k, versioned.encode(ts, me, latest[k])) for k in keys]
+        now_ms = time.time_ns() // 1_000_000  # recorded in tombstones, for their collection
+        entries = [(k, versioned.encode(ts, me, latest[k], deleted_at_ms=now_ms)) for k in keys]
         await self._store(entries, self.replicas, self.q, "write")
 
     async def _read_keys(self, keys: list[bytes]) -> list[bytes | None]:

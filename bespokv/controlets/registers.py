@@ -60,7 +60,13 @@ class VersionedControlet(Controlet):
         self._readers: dict[tuple[str, bool], AutoBatcher[list[bytes], list[pb.VersionedValue]]] = {}
         self._writers: dict[str, AutoBatcher[list[tuple[bytes, bytes]], int]] = {}
         self.readable = True
-        self.stats: dict[str, float] = {"stored": 0, "stale_dropped": 0, "ae_rounds": 0, "ae_repaired": 0}
+        self.stats: dict[str, float] = {
+            "stored": 0,
+            "stale_dropped": 0,
+            "ae_rounds": 0,
+            "ae_repaired": 0,
+            "tombstones_collected": 0,
+        }
         self.digests = [0] * DIGEST_BUCKETS
         self.last_ae: dict[str, float] = {}
         self._rebuild_digests()
@@ -83,7 +89,7 @@ class VersionedControlet(Controlet):
         changes: list[tuple[bytes, bytes | None, bytes]] = []
         for k, old in zip(keys, olds):
             enc = best[k]
-            if versioned.newer(enc, old) and self.accept(k, enc):
+            if versioned.newer(enc, old) and self.accept(k, enc, old):
                 ops.append((k, enc))
                 changes.append((k, old, enc))
         if ops:
@@ -93,9 +99,62 @@ class VersionedControlet(Controlet):
         self.stats["stale_dropped"] += len(best) - len(ops)
         return len(ops)
 
-    def accept(self, key: bytes, enc: bytes) -> bool:
-        """Whether a newer incoming value should be stored (LWW drops expired tombstones)."""
-        return True
+    def accept(self, key: bytes, enc: bytes, old: bytes | None) -> bool:
+        """Whether a newer incoming value should replace ``old``: yes, except a tombstone
+        past its grace period over nothing (it was collected elsewhere; storing it would
+        only bring it back). Over an older value it is stored, and collected later."""
+        return old is not None or not self.expired(enc, time.time_ns() // 1_000_000)
+
+    # -- tombstones -----------------------------------------------------------------------
+
+    def deletion_ms(self, enc: bytes) -> int | None:
+        """When a tombstone was written (ms), or None when unknown (never collected)."""
+        return versioned.deleted_at(enc)
+
+    def expired(self, enc: bytes, now_ms: int) -> bool:
+        if enc[0] != versioned.TOMBSTONE:
+            return False
+        t = self.deletion_ms(enc)
+        return t is not None and t < now_ms - int(self.ctx.tuning.tombstone_grace * 1000)
+
+    async def confirm_collectable(self, dead: list[tuple[bytes, bytes]]) -> list[bool]:
+        """Which expired tombstones may be dropped here (default: all)."""
+        return [True] * len(dead)
+
+    async def collect_tombstones(self) -> int:
+        """Delete tombstones older than the grace period; returns how many."""
+        now_ms = time.time_ns() // 1_000_000
+        dead: list[tuple[bytes, bytes]] = []
+        for chunk in self.datalet.export(4096):
+            for k, enc in chunk:
+                if not k.startswith(RESERVED_PREFIX) and self.expired(enc, now_ms):
+                    dead.append((k, enc))
+        if not dead:
+            return 0
+        ok = await self.confirm_collectable(dead)
+        dead = [d for d, yes in zip(dead, ok) if yes]
+        # Re-read in the same synchronous stretch as the delete: only drop what is unchanged.
+        current = self.datalet.multi_get([k for k, _ in dead])
+        ops: list[tuple[bytes, bytes | None]] = []
+        for (k, enc), cur in zip(dead, current):
+            if cur == enc:
+                ops.append((k, None))
+                self.digests[bucket_of(k)] ^= digest_of(k, enc)
+        if ops:
+            self.datalet.write(ops)
+        self.stats["tombstones_collected"] += len(ops)
+        return len(ops)
+
+    async def collector_loop(self) -> None:
+        period = max(0.5, min(self.ctx.tuning.tombstone_grace / 2, 60.0))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.collect_tombstones()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retry next period
+                log.info("shard %s: tombstone collection failed: %r", self.ctx.shard_id, exc)
 
     def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
         """Keeps the anti-entropy digests current: ``(key, old, new)`` per value replaced."""
