@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import struct
 import sys
+import threading
 import zlib
 from array import array
 from itertools import accumulate
-from typing import Sequence
+from typing import Any, Sequence
 
 import lz4.block
 import zstandard
@@ -42,8 +43,15 @@ TRAILER_SIZE = 5
 _HEAD = struct.Struct("<II")
 _TRAILER = struct.Struct("<BI")
 _LITTLE = sys.byteorder == "little"
-_zstd_c = zstandard.ZstdCompressor(level=3)
-_zstd_d = zstandard.ZstdDecompressor()
+# zstd contexts are not thread-safe: one pair per thread.
+_zstd = threading.local()
+
+
+def _zstd_contexts() -> tuple[Any, Any]:
+    ctx = getattr(_zstd, "ctx", None)
+    if ctx is None:
+        ctx = _zstd.ctx = (zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor())
+    return ctx
 
 
 def _ints(view: memoryview, fmt: str) -> memoryview | array:
@@ -184,7 +192,7 @@ def encode_stored(raw: bytes, compression: str) -> bytes:
     elif ctype == 2:
         data = zlib.compress(raw, 6)
     elif ctype == 3:
-        data = _zstd_c.compress(raw)
+        data = _zstd_contexts()[0].compress(raw)
     if ctype and len(data) > len(raw) - len(raw) // 8:
         data, ctype = raw, 0
     crc = zlib.crc32(bytes((ctype,)), zlib.crc32(data))
@@ -207,7 +215,7 @@ def decode_stored(stored: bytes | memoryview, what: str) -> bytes:
         if ctype == 2:
             return zlib.decompress(data)
         if ctype == 3:
-            return _zstd_d.decompress(data)
+            return _zstd_contexts()[1].decompress(data)
     except Exception as e:  # a checksummed block that fails to decompress is corrupt
         raise CorruptionError(f"{what}: cannot decompress block: {e}") from None
     raise CorruptionError(f"{what}: unknown compression type {ctype}")

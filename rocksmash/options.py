@@ -55,8 +55,9 @@ class Options:
     # Memory a memtable may use before it is sealed and flushed: keys, values and about
     # 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default.
     memtable_size: int = _size(64 << 20)
-    # Sealed memtables allowed to wait for flush before writers stall (memory bound).
-    max_immutable_memtables: int = 2
+    # Sealed memtables allowed to wait for flush before writers stall (memory bound): with
+    # the active one, two memtables at most, as RocksDB's max_write_buffer_number=2.
+    max_immutable_memtables: int = 1
     # Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.
     block_size: int = _size(4 << 10)
     # Block compression: lz4 is fast enough that decompression is not the bottleneck.
