@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m rocksmash.demo
+	$(PY) -m bench demo
 
 # System packages some tests use (redis-server); tests that need an absent one skip with a reason.
 test: $(STAMP)

@@ -13,6 +13,9 @@ Layout (one file per concept):
 - :mod:`bench.environment` object store (moto) and network emulation (delay proxy)
 - :mod:`bench.compare`     a side-by-side comparison of several systems
 - :mod:`bench.report`, :mod:`bench.plots`  table, JSON, Markdown, PNG
+- :mod:`bench.tiering`     the cloud-tier experiment (``python -m bench tiering``)
+- :mod:`bench.tiering_report`  its tables, ratios and goals
+- :mod:`bench.demo`        ``make demo``: the ``demo`` preset and its closing summary
 - :mod:`bench.cli`         ``python -m bench``
 
 Nothing in the project imports bench; bench may import every other package.

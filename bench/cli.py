@@ -1,6 +1,7 @@
-"""Command line: ``python -m bench {ycsb,systems,presets,report} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,demo,systems,presets,report} ...``.
 
-Run ``python -m bench ycsb --help`` for every option of a comparison.
+Run ``python -m bench ycsb --help`` for every option of a comparison, and
+``python -m bench tiering --help`` for the cloud-tier experiment.
 """
 
 from __future__ import annotations
@@ -184,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--in-process", action="store_true",
                    help="run trials in this process (for profiling; RSS is then not per system)")
 
+    _add_tiering(sub)
+    sub.add_parser("demo", add_help=False,
+                   help="the demo (`make demo`): `ycsb --preset demo` and a plain-words summary; "
+                        "`python -m bench demo --help` for more")
     sub.add_parser("systems", help="list the systems and whether they are usable here")
     sub.add_parser("presets", help="list the presets")
     r = sub.add_parser("report", help="rebuild report.md and plots from a results.json")
@@ -192,6 +197,138 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--baseline", help="compare against this system instead")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return p
+
+
+_TIERING_EPILOG = """\
+configurations (--config, default all, in this order):
+{configs}
+
+For each configuration, in a fresh process and data directory: load --records records,
+flush + full compaction, --warmup-ops operations (not measured), then for each workload:
+phase "before" (--ops operations), overwrite --rewrite of the records and compact
+everything, phase "after" (--ops operations). moto and the delay proxy are started once.
+
+examples:
+  python -m bench tiering                                  # the issue's experiment (1M records)
+  python -m bench tiering --records 100k --ops 20k --warmup-ops 20k --out results/tier-small
+  python -m bench tiering --config tiered,tiered-unaware --workload c --delay-ms 5
+
+Outputs in --out: results.json (schema bench.tiering/1) and report.md. Exit status 0 when
+every configuration ran, 1 when one failed (reports still written), 2 for a bad command line.
+"""
+
+
+def _share(text: str) -> float:
+    t = text.strip()
+    value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{text!r} is not a share between 0 and 1 (or 0% and 100%)")
+    return value
+
+
+def _add_tiering(sub: Any) -> None:
+    from bench.tiering import CONFIGURATIONS
+
+    configs = "\n".join(f"  {k:15} {v[2]}" for k, v in CONFIGURATIONS.items())
+    t = sub.add_parser(
+        "tiering", help="the cloud-tier experiment: tiered vs all-local rocksmash vs SlateDB on "
+                        "emulated S3, before and after a full compaction",
+        description="The cloud-tier experiment: rocksmash with a small local budget and its "
+                    "cold levels in S3 (moto behind a delay proxy), against the same engine "
+                    "all-local, the same engine without the compaction-aware cache, and "
+                    "SlateDB on the same endpoint. Reports throughput ratios, object-store GETs "
+                    "per 1,000 reads, metadata size, and cache hit ratios before and after a "
+                    "full compaction.",
+        epilog=_TIERING_EPILOG.format(configs=configs),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = t.add_argument_group("what to run")
+    g.add_argument("--config", "-c", action="append", metavar="NAME",
+                   help=f"configuration(s), repeat or comma-separate: {', '.join(CONFIGURATIONS)} "
+                        "(default: all)")
+    g.add_argument("--workload", "-w", action="append", metavar="W",
+                   help="YCSB workload(s), repeat or comma-separate (default: b,c)")
+    g.add_argument("--records", "-r", type=_typed(parse_count, "count"), default=1_000_000,
+                   help="records loaded (default 1M)")
+    g.add_argument("--ops", "-n", type=_typed(parse_count, "count"), default=100_000,
+                   help="operations in each measured phase (default 100k)")
+    g.add_argument("--warmup-ops", type=_typed(parse_count, "count"), default=100_000,
+                   help="operations of the first workload before the first phase, not measured "
+                        "(default 100k)")
+    g.add_argument("--rewrite", type=_typed(_share, "share"), default=0.2,
+                   help="share of the records overwritten (uniformly, new values) before each "
+                        "full compaction, so it really rewrites the tables (default 20%%)")
+    g.add_argument("--distribution", "-d", choices=DISTRIBUTIONS, default="zipfian",
+                   help="request distribution (default zipfian: YCSB's scrambled zipfian)")
+    g.add_argument("--key-size", type=int, default=24, help="key bytes (default 24)")
+    g.add_argument("--value-size", type=int, default=100, help="value bytes (default 100)")
+    g.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
+    g.add_argument("--max-time", type=_typed(parse_duration, "duration"), dest="max_seconds",
+                   default=120.0, help="cap on each measured phase and the warm-up (default 2m; "
+                                       "a cut phase is marked in the report)")
+    g.add_argument("--timeout", type=_typed(parse_duration, "duration"),
+                   help="kill a configuration's process after this long (default: no limit)")
+
+    g = t.add_argument_group("object store, network, caches")
+    g.add_argument("--delay-ms", type=float, default=20.0,
+                   help="delay the proxy adds to every object-store request (default 20)")
+    g.add_argument("--bandwidth", type=_typed(parse_bytes, "size"),
+                   help="cap the proxy's bandwidth per direction, bytes/s (default: none)")
+    g.add_argument("--s3-endpoint", metavar="URL",
+                   help="use this S3-compatible endpoint instead of starting moto (credentials "
+                        "from AWS_* variables)")
+    g.add_argument("--local-budget", type=_typed(parse_budget, "budget"), default="10%",
+                   help="rocksmash's local table budget: a share of its table bytes (10%%, the "
+                        "default) or a size")
+    g.add_argument("--cache-size", type=_typed(parse_budget, "size"), default="10%",
+                   help="rocksmash's on-disk DataCache of cloud blocks: a share of the raw data "
+                        "(records x (key + value); default 10%%) or a size (64MiB). The block "
+                        "cache stays at rocksmash's default. SlateDB gets an on-disk cache of "
+                        "the local budget plus this, and an in-memory cache of the block cache's size")
+    g.add_argument("--opt", action="append", type=_opt, default=[], metavar="SYS.KEY=VALUE",
+                   help="a system option for every configuration running SYS (rocksmash, "
+                        "rocksmash-local, slatedb), repeatable")
+
+    g = t.add_argument_group("output")
+    g.add_argument("--out", "-o", type=Path,
+                   help="directory for results.json and report.md (default results/tiering-<timestamp>)")
+    g.add_argument("--data-dir", type=Path, help="where data directories go (default: the temp dir)")
+    g.add_argument("--keep-data", action="store_true", help="do not delete the data directories")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--in-process", action="store_true",
+                   help="run configurations in this process instead of one process each "
+                        "(RSS is then not per configuration)")
+
+
+def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from bench.tiering import CONFIGURATIONS, TieringPlan, run_tiering
+    from bench.tiering_report import render_tables, write_reports
+
+    options: dict[str, dict[str, Any]] = {}
+    for system, key, value in args.opt:
+        options.setdefault(system, {})[key] = value
+    plan = TieringPlan(
+        records=args.records, ops=args.ops, warmup_ops=args.warmup_ops,
+        workloads=_list_arg(args.workload) or ["b", "c"],
+        configurations=_list_arg(args.config) or list(CONFIGURATIONS),
+        distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,
+        cache_size=args.cache_size, delay_ms=args.delay_ms, bandwidth=args.bandwidth,
+        s3_endpoint=args.s3_endpoint, max_seconds=args.max_seconds, timeout=args.timeout,
+        key_size=args.key_size, value_size=args.value_size, seed=args.seed, options=options,
+        data_dir=args.data_dir, keep_data=args.keep_data, isolate=not args.in_process,
+        progress=not args.no_progress)
+    out = args.out or Path("results") / f"tiering-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
+    try:
+        doc = run_tiering(plan, command)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    paths = write_reports(doc, out)
+    print()
+    print(render_tables(doc))
+    print()
+    print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
+    return 0 if all(r.get("status") == "ok" for r in doc["results"]) else 1
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -217,6 +354,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_ycsb(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    return _run_ycsb(args, argv)[0]
+
+
+def _run_ycsb(args: argparse.Namespace, argv: Sequence[str]) -> tuple[int, Any, Any]:
+    """Run a comparison, write and print its reports: (exit status, document, paths)."""
     from bench.compare import Plan, run_comparison
     from bench.report import render_table, write_reports
 
@@ -233,7 +375,7 @@ def _cmd_ycsb(args: argparse.Namespace, argv: Sequence[str]) -> int:
         doc = run_comparison(plan, command)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 2, None, None
     paths = write_reports(doc, out, plots=not args.no_plots)
     print()
     print(render_table(doc))
@@ -241,13 +383,29 @@ def _cmd_ycsb(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"results: {paths['json']}\nreport:  {paths['markdown']}")
     if paths["plots"]:
         print(f"plots:   {', '.join(str(p) for p in paths['plots'])}")
-    return 0 if all(t.get("status") == "ok" for t in doc["trials"]) else 1
+    return (0 if all(t.get("status") == "ok" for t in doc["trials"]) else 1), doc, paths
+
+
+def _cmd_demo(argv: Sequence[str]) -> int:
+    from bench.demo import HELP, demo_argv, summary
+
+    rest = list(argv[1:])
+    if "-h" in rest or "--help" in rest:
+        print(HELP)
+        return 0
+    full = demo_argv(rest)
+    code, doc, paths = _run_ycsb(build_parser().parse_args(full), full)
+    if doc is not None:
+        print()
+        print(summary(doc, paths))
+    return code
 
 
 def _cmd_systems() -> int:
+    width = max(len(name) for name in REGISTRY)
     for name, (_, _, about) in REGISTRY.items():
         ok, why = availability(name)
-        print(f"{name:12} {'yes' if ok else 'NO '}  {about}" + ("" if ok else f"  [{why}]"))
+        print(f"{name:{width}} {'yes' if ok else 'NO '}  {about}" + ("" if ok else f"  [{why}]"))
     return 0
 
 
@@ -272,9 +430,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "demo":
+        return _cmd_demo(argv)
     args = build_parser().parse_args(argv)
     if args.command == "ycsb":
         return _cmd_ycsb(args, argv)
+    if args.command == "tiering":
+        return _cmd_tiering(args, argv)
     if args.command == "systems":
         return _cmd_systems()
     if args.command == "presets":

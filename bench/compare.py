@@ -27,7 +27,7 @@ from bench.runners import REGISTRY, RunnerConfig, availability
 from bench.units import format_bytes, format_count, format_us, parse_bytes
 from bench.workloads import CORE_WORKLOADS, StreamConfig
 
-__all__ = ["Plan", "run_comparison", "machine_info", "resolve_budget"]
+__all__ = ["Plan", "run_comparison", "machine_info", "git_info", "resolve_budget"]
 
 _UNIQUE_CHECK_LIMIT = 20_000_000
 
@@ -109,7 +109,8 @@ def resolve_budget(budget: str | None, records: int, key_size: int, value_size: 
     return parse_bytes(budget)
 
 
-def _git() -> dict[str, Any]:
+def git_info() -> dict[str, Any]:
+    """The commit of the project tree and whether it has uncommitted changes."""
     try:
         commit = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"],
                                 capture_output=True, text=True, timeout=10).stdout.strip()
@@ -159,7 +160,7 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "machine": machine_info(),
-        "git": _git(),
+        "git": git_info(),
         "config": plan.to_dict(),
         "baseline": plan.baseline,
         "systems": list(plan.systems),

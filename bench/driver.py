@@ -312,6 +312,10 @@ class Session:
                 self._loop.close()
                 self._loop = None
 
+    def write(self, keys: list[bytes], values: list[bytes]) -> None:
+        """One write batch outside any measured phase (a rewrite before a compaction)."""
+        self._call(self.runner.load_batch(keys, values))
+
     def load(self, cfg: StreamConfig, batch_size: int = 1000,
              progress: Progress = _no_progress) -> PhaseRecord:
         """Insert records ``0..record_count-1`` with ``cfg.threads`` clients."""

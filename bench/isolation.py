@@ -28,9 +28,13 @@ __all__ = ["run_isolated", "PROJECT_ROOT"]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_isolated(spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+def run_isolated(spec: dict[str, Any], timeout: float | None = None, *,
+                 module: str = "bench.trial", pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
     """Run :func:`bench.trial.run_trial` on ``spec`` in a child process; return its result
     with ``rss.tree_peak`` (sampled, bytes) and ``exit_code`` added.
+
+    ``module`` is the child's entry (``python -m MODULE SPEC RESULT``; the tiering
+    experiment uses ``bench.tiering``); ``pass_fds`` are descriptors the child inherits.
     """
     with tempfile.TemporaryDirectory(prefix="bench-trial-") as tmp:
         spec_path = Path(tmp) / "spec.json"
@@ -39,8 +43,8 @@ def run_isolated(spec: dict[str, Any], timeout: float | None = None) -> dict[str
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.trial", str(spec_path), str(result_path)],
-            cwd=str(PROJECT_ROOT), env=env, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", module, str(spec_path), str(result_path)],
+            cwd=str(PROJECT_ROOT), env=env, stdin=subprocess.DEVNULL, pass_fds=pass_fds,
         )
         timed_out = False
         with RssSampler(proc.pid) as sampler:
@@ -54,7 +58,7 @@ def run_isolated(spec: dict[str, Any], timeout: float | None = None) -> dict[str
             result = json.loads(result_path.read_text())
         else:
             why = f"timed out after {timeout:g} s" if timed_out else f"exited with status {code} without a result"
-            result = {"system": spec["system"], "workload": spec["stream"]["workload"],
+            result = {"system": spec.get("system"), "workload": (spec.get("stream") or {}).get("workload"),
                       "status": "failed", "error": f"trial process {why}"}
         result.setdefault("rss", {})["tree_peak"] = sampler.peak
         result["rss"]["samples"] = sampler.samples

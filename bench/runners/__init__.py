@@ -21,6 +21,8 @@ AnyRunner = Union[Runner, AsyncRunner]
 REGISTRY: dict[str, tuple[str, str, str]] = {
     "rocksmash": ("bench.runners.rocksmash:RocksmashRunner", "rocksmash.open",
                   "this project's tiered LSM engine, embedded"),
+    "rocksmash-local": ("bench.runners.rocksmash:RocksmashLocalRunner", "rocksmash.open",
+                        "rocksmash with everything on local disk, even with --network s3"),
     "rocksdb": ("bench.runners.rocksdb:RocksDBRunner", "rocksdict",
                 "RocksDB via rocksdict (lz4, bloom 10, 4 KiB blocks, WAL on, no sync)"),
     "slatedb": ("bench.runners.slatedb:SlateDBRunner", "slatedb.uniffi",

@@ -12,6 +12,11 @@ the option is refused up front with a clear error, not silently dropped.
 Object-store credentials reach boto3 through the standard ``AWS_*`` environment
 variables, which the trial sets for the moto endpoint.
 
+``rocksmash-local`` (:class:`RocksmashLocalRunner`) is the same engine with everything on
+local disk even when the run has an object store: it drops the trial's object store and
+local budget before opening, so one ``--network s3`` comparison can show tiered rocksmash,
+all-local rocksmash, SlateDB and RocksDB side by side.
+
 Reads and writes call the engine's own ``get``/``put`` (no adapter frame per operation);
 the load phase uses ``WriteBatch``; settle ``compact`` is ``flush()`` then
 ``compact_range()``. Cache hit ratios and object-store request counts are read from
@@ -27,7 +32,7 @@ from typing import Any
 from bench.runners.base import Runner, RunnerStats
 from bench.runners.introspect import cache_pairs, flatten, json_safe, object_store_counts
 
-__all__ = ["RocksmashRunner"]
+__all__ = ["RocksmashRunner", "RocksmashLocalRunner"]
 
 
 class RocksmashRunner(Runner):
@@ -132,3 +137,23 @@ def _option_names(rocksmash: Any) -> set[str] | None:
     if options is None or not dataclasses.is_dataclass(options):
         return None
     return {f.name for f in dataclasses.fields(options)}
+
+
+class RocksmashLocalRunner(RocksmashRunner):
+    """rocksmash with every level on local disk, whatever ``--network`` says.
+
+    The object store and the local budget of the trial are ignored (nothing is sent to
+    the object store, so the trial's bucket prefix stays empty); every other option,
+    ``--cache-size`` and ``--opt rocksmash-local.KEY=VALUE`` included, applies as for
+    ``rocksmash``.
+    """
+
+    name = "rocksmash-local"
+    uses_object_store = False
+
+    def open(self) -> None:
+        import dataclasses
+
+        self.config = dataclasses.replace(self.config, object_store=None, local_budget=None,
+                                          local_budget_bytes=None)
+        super().open()

@@ -1,0 +1,553 @@
+"""The tiering experiment (``python -m bench tiering``): the cloud tier's own benchmark.
+
+Question: with only a small share of the data on local disk and every object-store
+request costing ``--delay-ms`` (20 ms: S3's first-byte latency), how close does tiered
+rocksmash come to the same engine with everything local, how many object-store GETs do
+its reads cost, how much local metadata does it keep, does its compaction-aware cache
+keep the hit ratio across a full compaction, and how does it compare with SlateDB on the
+same endpoint?
+
+One invocation starts the environment once (moto's S3 server behind cloudtier's
+DelayProxy, :class:`bench.environment.Environment`) and runs each *configuration*
+(:data:`CONFIGURATIONS`) in turn, each in a fresh process (``python -m bench.tiering
+SPEC RESULT``, started by :func:`bench.isolation.run_isolated`) with a fresh data
+directory and bucket prefix, so its peak RSS and disk belong to it alone. A
+configuration:
+
+1. opens the system and loads ``--records`` records (write batches of 1000);
+2. settles: flush + full compaction (SlateDB: memtable flush; it has no manual
+   compaction) and records the *shape*: local and cloud table bytes, MetaCache bytes;
+3. warms up: ``--warmup-ops`` operations of the first workload, not measured;
+4. for each ``--workload`` (B, C): phase **before** (``--ops`` operations), then
+   **compaction**: overwrite ``--rewrite`` of the records (chosen uniformly, new values)
+   so that the compaction really rewrites the tables, and compact everything; then
+   phase **after** (``--ops`` operations).
+
+Every configuration issues exactly the same operations: the streams are seeded from
+``--seed``, the workload and the phase (the *before* and *after* phases draw fresh keys
+from the same zipfian, so the hot set is the same but the operations are not a replay).
+
+Per phase it records throughput, latency percentiles, the system's own object-store
+GETs (rocksmash's cloudtier meter, SlateDB's metrics) per 1,000 reads, the requests the
+proxy carried (a system-independent count: the child asks the parent for the proxy's
+counters at each phase boundary over a pair of pipes), the hit ratio of the local disk
+cache (rocksmash's DataCache; SlateDB's object-store cache parts) and of the in-memory
+block cache. :mod:`bench.tiering_report` turns the document into tables and ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from bench import metrics
+from bench.compare import git_info, machine_info, resolve_budget
+from bench.environment import Environment
+from bench.records import ValuePool
+from bench.runners import RunnerConfig, runner_class
+from bench.runners.base import ObjectStoreTarget
+from bench.units import format_bytes, format_count, format_us
+from bench.workloads import CORE_WORKLOADS, StreamConfig
+
+__all__ = ["SCHEMA", "CONFIGURATIONS", "TieringPlan", "run_tiering", "run_configuration", "main"]
+
+SCHEMA = "bench.tiering/1"
+
+#: name -> (system, rocksmash options, one line for --help and the report). The DataCache
+#: size (``cache_size``) is added to the tiered ones from ``--cache-size``.
+CONFIGURATIONS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "tiered": ("rocksmash", {"compaction_aware_cache": True},
+               "rocksmash, cold levels in S3, compaction-aware DataCache (the default)"),
+    "tiered-unaware": ("rocksmash", {"compaction_aware_cache": False},
+                       "the same with compaction_aware_cache=False"),
+    "all-local": ("rocksmash-local", {},
+                  "rocksmash with everything on local disk (the reference)"),
+    "slatedb": ("slatedb", {},
+                "SlateDB on the same endpoint and proxy, on-disk cache of the same local bytes"),
+}
+
+#: Records per write batch when loading and rewriting.
+_BATCH = 1000
+
+
+@dataclass
+class TieringPlan:
+    """Everything one run of the experiment needs; the CLI fills it from flags."""
+
+    records: int = 1_000_000
+    ops: int = 100_000
+    warmup_ops: int = 100_000
+    workloads: list[str] = field(default_factory=lambda: ["b", "c"])
+    configurations: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
+    distribution: str = "zipfian"
+    rewrite: float = 0.2
+    local_budget: str = "10%"
+    cache_size: str = "10%"
+    delay_ms: float = 20.0
+    bandwidth: float | None = None
+    s3_endpoint: str | None = None
+    max_seconds: float | None = 120.0
+    timeout: float | None = None
+    key_size: int = 24
+    value_size: int = 100
+    seed: int = 1
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data_dir: Path | None = None
+    keep_data: bool = False
+    isolate: bool = True
+    progress: bool = True
+
+    def check(self) -> None:
+        """Raise ValueError for anything that would fail later."""
+        for w in self.workloads:
+            if w not in CORE_WORKLOADS:
+                raise ValueError(f"unknown workload {w!r}; choose from {', '.join(CORE_WORKLOADS)}")
+        for c in self.configurations:
+            if c not in CONFIGURATIONS:
+                raise ValueError(f"unknown configuration {c!r}; choose from {', '.join(CONFIGURATIONS)}")
+        if len(set(self.configurations)) != len(self.configurations) or not self.configurations:
+            raise ValueError("list each configuration once")
+        systems = {CONFIGURATIONS[c][0] for c in self.configurations}
+        for s in self.options:
+            if s not in systems:
+                raise ValueError(f"--opt for {s!r}, which no configuration runs "
+                                 f"(systems: {', '.join(sorted(systems))})")
+        if self.records < 1 or self.ops < 1 or self.warmup_ops < 0:
+            raise ValueError("need records >= 1, ops >= 1, warmup-ops >= 0")
+        if not 0 <= self.rewrite <= 1:
+            raise ValueError(f"rewrite must be a share in [0, 1], got {self.rewrite}")
+
+    @property
+    def raw_bytes(self) -> int:
+        return self.records * (self.key_size + self.value_size)
+
+    def cache_bytes(self) -> int:
+        """The DataCache size in bytes (``10%`` is of the raw data)."""
+        return int(resolve_budget(self.cache_size, self.records, self.key_size, self.value_size) or 0)
+
+    def budget_bytes(self) -> int:
+        return int(resolve_budget(self.local_budget, self.records, self.key_size, self.value_size) or 0)
+
+    def stream(self, workload: str, seed: int, ops: int) -> StreamConfig:
+        return StreamConfig(CORE_WORKLOADS[workload], self.records, ops, 1, self.distribution,
+                            self.key_size, self.value_size, seed=seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["data_dir"] = str(self.data_dir) if self.data_dir else None
+        d["cache_bytes"] = self.cache_bytes()
+        d["budget_bytes"] = self.budget_bytes()
+        return d
+
+
+def phase_seed(seed: int, workload_index: int, phase: str) -> int:
+    """The stream seed of a phase, the same in every configuration."""
+    if phase == "warmup":
+        return seed
+    return seed + 1 + 2 * workload_index + (phase == "after")
+
+
+# --- the child: one configuration ----------------------------------------------------
+
+Probe = Callable[[], "dict[str, int] | None"]
+
+
+def _counters(runner: Any, probe: Probe) -> dict[str, int | None]:
+    """The cumulative counters a phase is measured by (None: the system has no such thing)."""
+    st = runner.stats()
+    raw = st.raw or {}
+    store = st.object_store or {}
+    out: dict[str, int | None] = {
+        "gets": store.get("get", 0),
+        "requests": sum(v for k, v in store.items() if k in ("get", "put", "list", "head", "delete", "other")),
+        "dc_hits": None, "dc_misses": None, "bc_hits": None, "bc_misses": None, "fills": None,
+    }
+    if isinstance(raw.get("block_cache"), dict):  # rocksmash
+        out["bc_hits"], out["bc_misses"] = raw["block_cache"]["hits"], raw["block_cache"]["misses"]
+        dc = (raw.get("cloud") or {}).get("data_cache")
+        if dc:
+            out["dc_hits"], out["dc_misses"] = dc["hits"], dc["misses"]
+            out["fills"] = raw.get("cache_fills_by_compaction", 0)
+    elif "data_block" in st.caches:  # slatedb: its block cache, and its on-disk part cache
+        out["bc_hits"], out["bc_misses"] = st.caches["data_block"]
+        hit = raw.get("slatedb.object_store_cache.part_hit_count")
+        access = raw.get("slatedb.object_store_cache.part_access_count")
+        if hit is not None and access is not None:
+            out["dc_hits"], out["dc_misses"] = hit, access - hit
+            # SlateDB counts its GETs above its on-disk cache: a GET answered from a cached
+            # part never reaches the network (the proxy confirms it), so it is not counted.
+            out["gets"] = max(0, (out["gets"] or 0) - hit)
+    proxy = probe()
+    out["proxy_requests"] = proxy["requests"] if proxy else None
+    return out
+
+
+def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if after.get(k) is None or before.get(k) is None else after[k] - before[k])
+            for k in after}
+
+
+def _ratio(hits: int | None, misses: int | None) -> float | None:
+    if hits is None or misses is None or hits + misses == 0:
+        return None
+    return hits / (hits + misses)
+
+
+def _local_hit_ratio(d: dict[str, Any]) -> float | None:
+    """Share of data-block reads served without an object-store GET: every block read
+    is a block-cache hit, or a miss answered locally (DataCache, a local table, SlateDB's
+    disk cache), or a GET."""
+    lookups = None if d.get("bc_hits") is None or d.get("bc_misses") is None else d["bc_hits"] + d["bc_misses"]
+    if not lookups or d.get("gets") is None:
+        return None
+    return min(1.0, max(0.0, 1.0 - d["gets"] / lookups))
+
+
+def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    """The per-phase numbers the report shows, from a phase summary and counter deltas."""
+    reads = (summary.get("mix") or {}).get("read", 0)
+    ops = summary.get("items", 0)
+    lat = (summary.get("latency") or {}).get("all", {})
+    per_k = (lambda n, of: None if n is None or not of else 1000.0 * n / of)
+    return {
+        "throughput": summary.get("throughput"), "p50_us": lat.get("p50_us"),
+        "p99_us": lat.get("p99_us"), "ops": ops, "reads": reads,
+        "gets": d.get("gets"), "gets_per_1k_reads": per_k(d.get("gets"), reads),
+        "proxy_requests": d.get("proxy_requests"),
+        "proxy_requests_per_1k_ops": per_k(d.get("proxy_requests"), ops),
+        "data_cache_hit_ratio": _ratio(d.get("dc_hits"), d.get("dc_misses")),
+        "block_cache_hit_ratio": _ratio(d.get("bc_hits"), d.get("bc_misses")),
+        "local_hit_ratio": _local_hit_ratio(d),
+        "not_found": summary.get("not_found"), "stopped_early": summary.get("stopped_early"),
+    }
+
+
+def _shape(runner: Any, data_dir: Path) -> dict[str, Any]:
+    """Where the bytes are: local vs cloud tables, MetaCache, caches, the data directory."""
+    raw = runner.stats().raw or {}
+    out: dict[str, Any] = {"local_disk": metrics.disk_usage(data_dir)["allocated"]}
+    if "table_bytes" in raw:  # rocksmash
+        cloud = raw.get("cloud") or {}
+        out.update(table_bytes=raw["table_bytes"],
+                   local_table_bytes=cloud.get("local_table_bytes", raw["table_bytes"]),
+                   cloud_table_bytes=cloud.get("cloud_table_bytes", 0),
+                   cloud_tables=cloud.get("cloud_tables", 0),
+                   first_cloud_level=cloud.get("first_cloud_level"),
+                   meta_cache_bytes=cloud.get("meta_cache_bytes"),
+                   meta_bytes_pct_of_cloud=cloud.get("meta_bytes_pct_of_cloud"),
+                   data_cache_bytes=(cloud.get("data_cache") or {}).get("bytes"),
+                   block_cache_used=(raw.get("block_cache") or {}).get("used"),
+                   levels=[[lv["level"], lv["files"], lv["bytes"]] for lv in raw.get("levels", []) if lv["files"]])
+    else:
+        cache = raw.get("slatedb.object_store_cache.cache_bytes")
+        if cache is not None:
+            out["disk_cache_bytes"] = cache
+    return out
+
+
+def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
+    """Run one configuration (see the module docstring); never raises.
+
+    ``spec``: ``{"name", "system", "runner": RunnerConfig dict, "plan": TieringPlan dict,
+    "env": {...}}``. ``probe()`` returns the proxy's cumulative counters (or None).
+    """
+    for k, v in (spec.get("env") or {}).items():
+        os.environ[k] = str(v)
+    from bench.driver import Session
+    from bench.trial import _progress_bar as _progress, metrics_safe
+
+    plan = spec["plan"]
+    name, system = spec["name"], spec["system"]
+    rcfg = RunnerConfig.from_dict(spec["runner"])
+    workloads = list(plan["workloads"])
+    records, ops, seed = int(plan["records"]), int(plan["ops"]), int(plan["seed"])
+    max_s = plan.get("max_seconds")
+    show = bool(plan.get("progress"))
+    stream = (lambda w, s, n: StreamConfig(CORE_WORKLOADS[w], records, n, 1, plan["distribution"],
+                                           plan["key_size"], plan["value_size"], seed=s))
+    res: dict[str, Any] = {"name": name, "system": system, "status": "ok", "error": None,
+                           "phases": [], "compactions": [], "shape": {}, "timing": {},
+                           "stream": {"workload": workloads[0]}}
+    session = None
+    try:
+        res["rss"] = {"baseline": _rss()}
+        rcfg.data_dir.mkdir(parents=True, exist_ok=True)
+        session = Session(runner_class(system)(rcfg))
+        t = time.perf_counter()
+        session.open()
+        res["timing"]["open_s"] = time.perf_counter() - t
+        res["describe"] = metrics_safe(session.runner.describe)
+        base = stream(workloads[0], seed, ops)
+        update, close = _progress(show, records, f"{name} load", "rec")
+        try:
+            load = session.load(base, _BATCH, update)
+        finally:
+            close()
+        res["load"] = {"items": load.items, "seconds": load.seconds, "throughput": load.items / load.seconds}
+        t = time.perf_counter()
+        res["settle"] = session.settle("compact")
+        res["timing"]["settle_s"] = time.perf_counter() - t
+        res["shape"]["after_load"] = _shape(session.runner, rcfg.data_dir)
+
+        warm = int(plan["warmup_ops"])
+        if warm:
+            update, close = _progress(show, warm, f"{name} warm-up", "op")
+            try:
+                before = _counters(session.runner, probe)
+                w = session.run(stream(workloads[0], phase_seed(seed, 0, "warmup"), warm), "warmup",
+                                max_seconds=max_s, progress=update)
+            finally:
+                close()
+            summary = metrics.summarize_phase(w)
+            res["warmup"] = derived(summary, _delta(_counters(session.runner, probe), before))
+
+        for i, wl in enumerate(workloads):
+            for phase in ("before", "after"):
+                if phase == "after":
+                    res["compactions"].append(_rewrite_and_compact(session, plan, i, wl, probe))
+                    res["shape"][f"after_compaction_{wl}"] = _shape(session.runner, rcfg.data_dir)
+                cfg = stream(wl, phase_seed(seed, i, phase), ops)
+                update, close = _progress(show, ops, f"{name} {wl.upper()} {phase}", "op")
+                try:
+                    before = _counters(session.runner, probe)
+                    rec = session.run(cfg, phase, max_seconds=max_s, progress=update)
+                finally:
+                    close()
+                summary = metrics.summarize_phase(rec)
+                d = _delta(_counters(session.runner, probe), before)
+                res["phases"].append({"workload": wl, "phase": phase, "summary": summary,
+                                      "counters": d, **derived(summary, d)})
+        res["shape"]["end"] = _shape(session.runner, rcfg.data_dir)
+        res["rss"]["before_close"] = _rss()
+    except BaseException as e:  # report, don't crash: the other configurations still run
+        res["status"] = "failed"
+        res["error"] = "".join(traceback.format_exception(e)).strip()
+    finally:
+        if session is not None:
+            t = time.perf_counter()
+            try:
+                session.close()
+            except BaseException as e:
+                if res["status"] == "ok":
+                    res["status"], res["error"] = "failed", "close failed: " + repr(e)
+            res["timing"]["close_s"] = time.perf_counter() - t
+        res.setdefault("rss", {}).update({f"peak_{k}": v for k, v in metrics.self_peak_rss().items()})
+        res["cpu_seconds"] = metrics.cpu_seconds()
+    return res
+
+
+def _rewrite_and_compact(session: Any, plan: dict[str, Any], index: int, workload: str,
+                         probe: Probe) -> dict[str, Any]:
+    """Overwrite ``rewrite`` of the records (uniform, no repeats, new values), then
+    compact everything, so the full compaction really rewrites the tables."""
+    records = int(plan["records"])
+    n = int(round(float(plan["rewrite"]) * records))
+    rng = np.random.default_rng([int(plan["seed"]), 7, index])
+    keynums = np.sort(rng.choice(records, size=n, replace=False)) if n else np.zeros(0, np.int64)
+    cfg = StreamConfig(CORE_WORKLOADS[workload], records, 1, 1, None, plan["key_size"],
+                       plan["value_size"])
+    keys = cfg.key_space()
+    values = ValuePool(plan["value_size"], cfg.compression_ratio, seed=int(plan["seed"]) * 1009 + 31 + index)
+    before = _counters(session.runner, probe)
+    t0 = time.perf_counter()
+    for lo in range(0, n, _BATCH):
+        chunk = keynums[lo:lo + _BATCH]
+        session.write(keys.keys(chunk), values.take(len(chunk)))
+    t1 = time.perf_counter()
+    what = session.settle("compact")
+    t2 = time.perf_counter()
+    d = _delta(_counters(session.runner, probe), before)
+    return {"workload": workload, "rewritten": n, "rewrite_s": t1 - t0, "compact_s": t2 - t1,
+            "what": what, "object_store_requests": d.get("requests"), "gets": d.get("gets"),
+            "proxy_requests": d.get("proxy_requests"), "cache_fills": d.get("fills")}
+
+
+def _rss() -> int:
+    try:
+        import psutil
+        return int(psutil.Process().memory_info().rss)
+    except Exception:
+        return 0
+
+
+def _pipe_probe(fds: list[int]) -> Probe:
+    """The child's side of the proxy-counter pipes: ask, then read the parent's answer."""
+    ask = os.fdopen(fds[0], "w", buffering=1)
+    answer = os.fdopen(fds[1], "r")
+
+    def probe() -> dict[str, int] | None:
+        ask.write("?\n")
+        ask.flush()
+        return json.loads(answer.readline() or "null")
+    return probe
+
+
+class _ProbeServer:
+    """The parent's side: answers each line from the child with the proxy's counters."""
+
+    def __init__(self, env: Environment) -> None:
+        self._env = env
+        self._ask_r, self.ask_w = os.pipe()
+        self.answer_r, self._answer_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="tiering-probe", daemon=True)
+        self._thread.start()
+
+    @property
+    def child_fds(self) -> tuple[int, int]:
+        return (self.ask_w, self.answer_r)
+
+    def _serve(self) -> None:
+        with os.fdopen(self._ask_r, "r") as ask, os.fdopen(self._answer_w, "w", buffering=1) as answer:
+            for _ in ask:
+                answer.write(json.dumps(self._env.proxy_counters()) + "\n")
+                answer.flush()
+
+    def close(self) -> None:
+        """After the child exited: close our copies of its ends, so the server sees EOF."""
+        for fd in self.child_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._thread.join(timeout=5)
+
+
+# --- the parent: the whole experiment -------------------------------------------------
+
+def _target_config(plan: TieringPlan, name: str, target: ObjectStoreTarget, data_dir: Path,
+                   block_cache: int) -> RunnerConfig:
+    system, extra, _ = CONFIGURATIONS[name]
+    opts = dict(extra)
+    cache = plan.cache_bytes()
+    if system == "rocksmash":
+        opts["cache_size"] = cache
+    opts.update(plan.options.get(system, {}))
+    # SlateDB: in-memory cache = rocksmash's block cache; on-disk cache = everything
+    # rocksmash may keep on local disk (its table budget plus its DataCache).
+    return RunnerConfig(data_dir=data_dir, object_store=target, local_budget=plan.local_budget,
+                        local_budget_bytes=plan.budget_bytes() + cache,
+                        cache_size=block_cache if system == "slatedb" else None, options=opts)
+
+
+def _block_cache_default() -> int:
+    try:
+        from rocksmash.options import Options
+        return int(Options().block_cache_size)
+    except Exception:
+        return 64 << 20
+
+
+def run_tiering(plan: TieringPlan, command: str = "", log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run every configuration of ``plan``; return the results document (schema
+    :data:`SCHEMA`, rendered by :mod:`bench.tiering_report`)."""
+    plan.check()
+    if plan.records <= 20_000_000:
+        plan.stream(plan.workloads[0], plan.seed, 1).key_space().check_unique(plan.records)
+    block_cache = _block_cache_default()
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command, "machine": machine_info(), "git": git_info(),
+        "config": {**plan.to_dict(), "block_cache_bytes": block_cache},
+        "configurations": list(plan.configurations), "workloads": list(plan.workloads),
+        "about": {c: CONFIGURATIONS[c][2] for c in plan.configurations},
+        "results": [],
+    }
+    data_root = Path(plan.data_dir or tempfile.gettempdir()) / "bench-data"
+    data_root.mkdir(parents=True, exist_ok=True)
+    with Environment("s3", delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
+                     endpoint=plan.s3_endpoint) as env:
+        doc["environment"] = env.describe()
+        for n, name in enumerate(plan.configurations, 1):
+            log(f"[{n}/{len(plan.configurations)}] {name}: {CONFIGURATIONS[name][2]}; "
+                f"{format_count(plan.records)} records, {format_count(plan.ops)} operations per phase")
+            result = _run_one(plan, env, name, data_root, block_cache)
+            doc["results"].append(result)
+            log("    " + _one_line(result))
+    return doc
+
+
+def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
+             block_cache: int) -> dict[str, Any]:
+    data_dir = Path(tempfile.mkdtemp(prefix=f"tiering-{name}-", dir=data_root))
+    target = env.target(f"tiering-{name}")
+    assert target is not None
+    rcfg = _target_config(plan, name, target, data_dir, block_cache)
+    spec: dict[str, Any] = {"name": name, "system": CONFIGURATIONS[name][0], "runner": rcfg.to_dict(),
+                            "plan": plan.to_dict(), "env": env.child_env(),
+                            "stream": {"workload": plan.workloads[0]}}
+    before = env.proxy_counters()
+    load_before = metrics.load_average()
+    started = time.perf_counter()
+    try:
+        if plan.isolate:
+            from bench.isolation import run_isolated
+
+            server = _ProbeServer(env)
+            try:
+                spec["probe_fds"] = list(server.child_fds)
+                result = run_isolated(spec, plan.timeout, module="bench.tiering",
+                                      pass_fds=server.child_fds)
+            finally:
+                server.close()
+            result.setdefault("name", name)
+        else:
+            result = run_configuration(spec, env.proxy_counters)
+            result["rss"]["note"] = "in-process: RSS includes earlier configurations"
+        result.setdefault("timing", {})["wall_s"] = time.perf_counter() - started
+        after = env.proxy_counters()
+        if before is not None and after is not None:
+            result["proxy"] = {k: after[k] - before[k] for k in after}
+        result["object_store_usage"] = env.usage(target)
+        env.clear(target)
+        result["load_average"] = {"before": load_before, "after": metrics.load_average()}
+        result["runner"] = {k: v for k, v in rcfg.to_dict().items() if k != "data_dir"}
+    finally:
+        if not plan.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    result["data_dir"] = str(data_dir) if plan.keep_data else None
+    return result
+
+
+def _one_line(r: dict[str, Any]) -> str:
+    if r.get("status") != "ok":
+        last = (r.get("error") or "").strip().splitlines()[-1:] or ["?"]
+        return f"FAILED: {last[0]}"
+    parts = [f"{p['workload'].upper()} {p['phase']} {format_count(p['throughput'])} ops/s "
+             f"(p99 {format_us(p['p99_us'])} us)" for p in r["phases"]]
+    rss = max((r.get("rss") or {}).get("tree_peak") or 0, (r.get("rss") or {}).get("peak_self") or 0)
+    return "; ".join(parts) + f"; peak RSS {format_bytes(rss)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Child entry: ``python -m bench.tiering SPEC.json RESULT.json`` (the CLI is
+    ``python -m bench tiering``)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m bench.tiering SPEC.json RESULT.json  (run the experiment with "
+              "`python -m bench tiering`)", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(args[0]).read_text())
+    fds = spec.get("probe_fds")
+    result = run_configuration(spec, _pipe_probe(fds) if fds else (lambda: None))
+    tmp = args[1] + ".tmp"
+    Path(tmp).write_text(json.dumps(result))
+    os.replace(tmp, args[1])
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
