@@ -195,16 +195,7 @@ class Table:
         """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key."""
         if self.unique and seq >= self.max_seq:
             # Fast path (the common case): one version per key, all visible.
-            raw, base = blk.raw, blk.vbase
-            offs = blk.voffs[lo:hi + 1].tolist()
-            values: list[bytes | None] = [raw[base + a:base + b]
-                                          for a, b in zip(offs, offs[1:])]
-            kinds = blk.kinds[lo:hi]
-            if 0 in kinds:
-                for j, kind in enumerate(kinds):
-                    if not kind:
-                        values[j] = None
-            return blk.keys[lo:hi], values
+            return blk.keys[lo:hi], blk.values(lo, hi)
         keys: list[bytes] = []
         vals: list[bytes | None] = []
         bkeys, seqs = blk.keys, blk.seqs
