@@ -397,9 +397,7 @@ class DB:
             wal = self._wal
             end = self._wal_add(encode_batch(seq, ops))
             mem = self._mem
-            keep = self._keep_upto
-            for i, (key, value) in enumerate(ops):
-                mem.put(key, seq + i, value, keep)
+            mem.put_batch(ops, seq, self._keep_upto)
             self._seq = seq + len(ops) - 1
             if mem.size >= self._memtable_size:
                 self._switch_memtable()

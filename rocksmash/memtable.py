@@ -77,6 +77,23 @@ class Memtable:
         self.count += 1
         self.size += len(key) + (len(value) if value is not None else 0) + ENTRY_OVERHEAD
 
+    def put_batch(self, ops: list[tuple[bytes, bytes | None]], seq: int,
+                  keep_upto: int) -> None:
+        """:meth:`put` of each operation in order, with sequence numbers from ``seq``."""
+        entries, pending, old = self.entries, self.pending, self.old
+        size = 0
+        for key, value in ops:
+            e = entries.get(key)
+            if e is None:
+                pending.append(key)
+            elif e[0] <= keep_upto:
+                old.setdefault(key, []).append(e)
+            entries[key] = (seq, value)
+            seq += 1
+            size += len(key) + (len(value) if value is not None else 0)
+        self.count += len(ops)
+        self.size += size + ENTRY_OVERHEAD * len(ops)
+
     def visible(self, key: bytes, seq: int) -> tuple[int, bytes | None] | None:
         """The newest version with sequence <= ``seq``, or None if there is none here."""
         e = self.entries.get(key)
