@@ -238,23 +238,33 @@ class Table:
                     return
                 i -= 1
 
-    def entries(self) -> Iterator[tuple[bytes, int, bytes | None]]:
-        """Every entry as ``(key, -seq, value)``, reading the data area in one request.
+    def entries(self, window: int = 4 << 20) -> Iterator[tuple[bytes, int, bytes | None]]:
+        """Every entry as ``(key, -seq, value)``, reading ``window`` bytes of consecutive
+        blocks per request (one ranged GET for a cloud table), so memory stays bounded
+        however many inputs a compaction merges.
 
         Used by compaction, which reads each input once, start to end, uncached.
         """
-        data = self.file.read(0, self.data_end)
-        if len(data) != self.data_end:
-            raise CorruptionError(f"{self.name}: data area cut short")
-        view = memoryview(data)
-        for i in range(self.nblocks):
-            off = self.offsets[i]
-            blk = Block(decode_stored(view[off:off + self.sizes[i] + TRAILER_SIZE],
-                                      f"{self.name} block {i}"))
-            seqs = blk.seqs
-            value = blk.value
-            for j, key in enumerate(blk.keys):
-                yield key, -seqs[j], value(j)
+        i, n = 0, self.nblocks
+        while i < n:
+            start = self.offsets[i]
+            j = i + 1
+            while j < n and self.offsets[j] + self.sizes[j] + TRAILER_SIZE - start <= window:
+                j += 1
+            end = self.offsets[j - 1] + self.sizes[j - 1] + TRAILER_SIZE
+            data = self.file.read(start, end - start)
+            if len(data) != end - start:
+                raise CorruptionError(f"{self.name}: data area cut short")
+            view = memoryview(data)
+            for b in range(i, j):
+                off = self.offsets[b] - start
+                blk = Block(decode_stored(view[off:off + self.sizes[b] + TRAILER_SIZE],
+                                          f"{self.name} block {b}"))
+                seqs = blk.seqs
+                values = blk.values(0, len(blk.keys))
+                for k, key in enumerate(blk.keys):
+                    yield key, -seqs[k], values[k]
+            i = j
 
     def close(self) -> None:
         self.file.close()
