@@ -83,6 +83,10 @@ def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
                 line += (f"; in S3 {format_bytes(max(have_s))}; object-store requests during the "
                          f"run phases: {format_count(run_req)}")
             lines.append(line)
+            if have_s and run_req == 0 and s.startswith("rocksmash"):
+                lines.append("      (no read left the machine: the DataCache, at its default size, held "
+                             "every block compacted to S3; `python -m bench tiering` measures a "
+                             "cache smaller than the data)")
     wl = ", ".join(w.upper() for w in doc.get("workloads", []))
     lines.append(f"  workloads {wl}: {format_count(cfg.get('records'))} records "
                  f"({cfg.get('key_size')}-byte keys, {cfg.get('value_size')}-byte values), "
