@@ -790,9 +790,8 @@ class DB:
                 outputs = self._merge(c, to_cloud, fills)
             edit.added = [(c.output_level, f) for f in outputs]
             self._install(c, edit, outputs)
-            if self.options.compaction_aware_cache:
-                for number, t, _ in fills:
-                    self._fill_cache(number, t, hot)
+            if self.options.compaction_aware_cache and fills:
+                self._fill_cache(fills, hot)
         finally:
             for _, t, tmp in fills:
                 if tmp is not None:
@@ -904,47 +903,53 @@ class DB:
         cf.table = self._open_table(cf)
         return cf
 
-    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes, bytes]]:
-        """Key ranges ``[lo, hi]`` of the inputs' hot blocks: in the block cache and hit
-        since its last sweep, or hot in the data cache. Compaction-aware caching keeps
-        these ranges cached in the output. Disjoint and sorted."""
+    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes, bytes, int]]:
+        """Key ranges ``[lo, hi]`` of the inputs' hot blocks, with a heat: the block's
+        hits in the data cache, or 1 for a block in the block cache hit since its last
+        sweep (read more than once). Compaction-aware caching keeps these ranges cached
+        in the output, the hottest first."""
         ranges = []
+        dc = self._data_cache
         for _, f in c.inputs:
             t = f.table
-            hot = {i for i, b in enumerate(t.blocks) if b is not None and t.refs[i]}
+            heat = {i: 1 for i, b in enumerate(t.blocks) if b is not None and t.refs[i]}
             if f.tier == CLOUD:
-                hot.update(self._data_cache.hot_blocks(f.number))
-            for i in hot:  # block i holds keys in (index_keys[i-1], index_keys[i]]
-                ranges.append((t.index_keys[i - 1] if i else f.smallest, t.index_keys[i]))
-        ranges.sort()
-        merged: list[tuple[bytes, bytes]] = []
-        for lo, hi in ranges:
-            if merged and lo <= merged[-1][1]:
-                if hi > merged[-1][1]:
-                    merged[-1] = (merged[-1][0], hi)
-            else:
-                merged.append((lo, hi))
-        return merged
+                for i in dc.hot_blocks(f.number):
+                    heat[i] = max(heat.get(i, 0), dc.hotness(f.number, i), 1)
+            for i, h in heat.items():  # block i holds keys in (index_keys[i-1], index_keys[i]]
+                ranges.append((t.index_keys[i - 1] if i else f.smallest, t.index_keys[i], h))
+        return ranges
 
-    def _fill_cache(self, number: int, t: Table, hot: list[tuple[bytes, bytes]]) -> None:
-        """Put the blocks of ``t`` that overlap ``hot`` ranges in the data cache, then
-        others while it has spare room: from bytes we have locally, so the table is warm
-        without a single fetch."""
-        his = [h for _, h in hot]
+    def _fill_cache(self, fills: list[tuple[int, Table, str | None]],
+                    hot: list[tuple[bytes, bytes, int]]) -> None:
+        """Warm the data cache with the new cloud tables, from bytes we have locally (no
+        fetch): first the blocks overlapping ``hot`` ranges, hottest first, up to half
+        the cache (a compaction must not wash out everything else); then any others
+        while the cache has spare room, evicting nothing."""
+        heat: dict[tuple[int, int], int] = {}
+        for number, t, _ in fills:
+            keys = t.index_keys
+            for lo, hi, h in hot:
+                # output block j holds (keys[j-1], keys[j]]: those meeting [lo, hi]
+                for j in range(bisect_left(keys, lo), min(bisect_left(keys, hi) + 1, len(keys))):
+                    if heat.get((number, j), 0) < h:
+                        heat[(number, j)] = h
+        tables = {number: t for number, t, _ in fills}
+        dc = self._data_cache
+        budget = dc.capacity // 2
         filled = 0
-        cold = []
-        for j, sep in enumerate(t.index_keys):
-            # Block j holds keys in (lo, sep]; the first hot range ending after lo
-            # overlaps it if it starts at or before sep.
-            i = bisect_right(his, t.index_keys[j - 1]) if j else 0
-            if i < len(hot) and hot[i][0] <= sep:
-                filled += self._data_cache.put(number, j, t._fetch(j), force=True)
-            else:
-                cold.append(j)
-        for j in cold:  # spare room takes the rest, evicting nothing
-            if not self._data_cache.put(number, j, t._fetch(j), if_room=True):
+        for (number, j), _ in sorted(heat.items(), key=lambda kv: -kv[1]):
+            data = tables[number]._fetch(j)
+            if len(data) > budget:
                 break
-            filled += 1
+            budget -= len(data)
+            filled += dc.put(number, j, data, force=True)
+        for number, t, _ in fills:  # spare room takes the rest
+            for j in range(t.nblocks):
+                if (number, j) not in heat:
+                    if not dc.put(number, j, t._fetch(j), if_room=True):
+                        break
+                    filled += 1
         self._stats["cache_fills_by_compaction"] += filled
 
     def _retire_object(self, f: FileMeta) -> None:
