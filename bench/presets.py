@@ -69,4 +69,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "systems": ["noop", "noop-async"],
         "baseline": "noop",
     },
+    "service": {
+        "description": "the service comparison: YCSB A and B, 20,000 records, 50,000 operations "
+                       "from 64 asyncio client tasks; bespokv in each of its four modes (3 node "
+                       "processes, 3 replicas, in-memory datalet, batching client) vs a 3-member "
+                       "etcd cluster, all on loopback; etcd is the baseline; each run phase "
+                       "capped at 60 s; 3-5 minutes on 2 cores",
+        "workloads": ["a", "b"],
+        "records": 20_000,
+        "ops": 50_000,
+        "threads": 64,
+        "systems": ["bespokv-ms-sc", "bespokv-ms-ec", "bespokv-aa-sc", "bespokv-aa-ec", "etcd"],
+        "baseline": "etcd",
+        "max_seconds": 60.0,
+    },
 }
