@@ -398,15 +398,21 @@ class AsyncClient:
         e = b"" if end is None else _as_bytes(end, "end")
         smap = self._shard_map()
         sources = [self._scan_shard(info, s, e, limit or 0, reverse) for info in smap.shards.values()]
+        merged = merge_chunks(sources, reverse=reverse)
         sent = 0
-        async for pairs in merge_chunks(sources, reverse=reverse):
-            if limit is not None and sent + len(pairs) > limit:
-                pairs = pairs[: limit - sent]
-            sent += len(pairs)
-            if pairs:
-                yield pairs
-            if limit is not None and sent >= limit:
-                return
+        try:
+            async for pairs in merged:
+                if limit is not None and sent + len(pairs) > limit:
+                    pairs = pairs[: limit - sent]
+                sent += len(pairs)
+                if pairs:
+                    yield pairs
+                if limit is not None and sent >= limit:
+                    return
+        finally:  # stopping early must close the per-shard streams too
+            await merged.aclose()
+            for src in sources:
+                await src.aclose()
 
     async def _scan_shard(
         self, info: ShardInfo, start: bytes, end: bytes, limit: int, reverse: bool
