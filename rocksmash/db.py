@@ -326,7 +326,8 @@ class DB:
             raise InvalidArgumentError("this database has tables in an object store; "
                                        "open it with object_store=")
         meta = self._meta_cache.get(f.number)
-        t = Table(f.number, cloud.file(f), self._cache, f.object_key, meta, self._data_cache)
+        t = Table(f.number, cloud.file(f), self._cache, f.object_key, meta, self._data_cache,
+                  self.options.cloud_fetch_size)
         if meta is None:
             self._meta_cache.put(f.number, t.meta())
         return t
@@ -923,9 +924,9 @@ class DB:
     def _fill_cache(self, fills: list[tuple[int, Table, str | None]],
                     hot: list[tuple[bytes, bytes, int]]) -> None:
         """Warm the data cache with the new cloud tables, from bytes we have locally (no
-        fetch): first the blocks overlapping ``hot`` ranges, hottest first, up to half
-        the cache (a compaction must not wash out everything else); then any others
-        while the cache has spare room, evicting nothing."""
+        fetch): first the blocks overlapping ``hot`` ranges, hottest first, up to three
+        quarters of the cache (forcing more would evict the hottest ones it just put
+        in); then any others while the cache has spare room, evicting nothing."""
         heat: dict[tuple[int, int], int] = {}
         for number, t, _ in fills:
             keys = t.index_keys
@@ -936,7 +937,7 @@ class DB:
                         heat[(number, j)] = h
         tables = {number: t for number, t, _ in fills}
         dc = self._data_cache
-        budget = dc.capacity // 2
+        budget = dc.capacity * 3 // 4
         filled = 0
         for (number, j), _ in sorted(heat.items(), key=lambda kv: -kv[1]):
             data = tables[number]._fetch(j)

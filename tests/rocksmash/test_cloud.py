@@ -130,7 +130,7 @@ def test_compaction_keeps_hot_blocks_cached(tmp_path, aware):
     # The data cache holds a fraction of the data: only the hot blocks can stay.
     opts = dict(CLOUDY, object_store=f"memory://{uuid.uuid4().hex}/db",
                 compaction_aware_cache=aware, cache_size="48KiB")
-    hot = [b"key%06d" % i for i in range(0, 3000, 100)]
+    hot = [b"key%06d" % i for i in range(0, 3000, 150)]
     with rocksmash.open(tmp_path / "db", **opts) as db:
         load(db, 3000)
         db.compact_range()
@@ -209,3 +209,20 @@ def test_failing_object_store_loses_no_acknowledged_write(tmp_path, kind):
     with rocksmash.open(path, **CLOUDY, object_store=f"memory://{name}/db") as db:
         assert dict(db.scan()) == model
         assert db.stats()["background_error"] is None
+
+
+@pytest.mark.parametrize("fetch", [0, 16384])
+def test_a_miss_fetches_a_window_of_blocks(tmp_path, fetch):
+    opts = dict(CLOUDY, object_store=f"memory://{uuid.uuid4().hex}/db", block_cache_size=0,
+                cloud_fetch_size=fetch, compaction_aware_cache=False)  # a cold cache
+    with rocksmash.open(tmp_path / "db", **opts) as db:
+        load(db, 3000)
+        db.compact_range()
+        before = gets(db)
+        for i in range(1000, 1100):  # neighbouring keys: a few blocks of one table
+            assert db.get(b"key%06d" % i) == b"value%06d" % i * 4
+        fetched = gets(db) - before
+    if fetch:
+        assert fetched <= 2  # one window, two if the range straddles a window edge
+    else:
+        assert fetched >= 5  # one request per block
