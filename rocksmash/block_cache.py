@@ -34,11 +34,12 @@ class BlockCache:
         self._ring: deque[tuple["Table", int]] = deque()
         self._lock = threading.Lock()
 
-    def insert(self, table: "Table", i: int, blk: Block) -> Block:
+    def insert(self, table: "Table", i: int, blk: Block, *, miss: bool = True) -> Block:
         """Cache ``blk`` as block ``i`` of ``table``; return the cached block (another
-        thread may have loaded it first)."""
+        thread may have loaded it first). ``miss=False``: a prefetch, not a lookup that
+        missed (not counted)."""
         with self._lock:
-            self.misses += 1
+            self.misses += miss
             cached = table.blocks[i]
             if cached is not None:
                 return cached
