@@ -103,23 +103,26 @@ class DBIterator:
     garbage collected; ``close()`` or a ``with`` block releases it at once.
     """
 
-    __slots__ = ("_db", "_gen", "__weakref__")
+    __slots__ = ("_db", "_it", "_end", "__weakref__")
 
-    def __init__(self, db: "DB", gen: Iterator[tuple[bytes, bytes]]) -> None:
+    def __init__(self, db: "DB", it: Iterator[tuple[bytes, bytes]],
+                 end: Callable[[], None] | None) -> None:
         self._db = db
-        self._gen = gen
+        self._it = it
+        self._end = end
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        # A for-loop iterates the generator itself: no Python-level call per item.
-        return self._gen
+        # A for-loop iterates the merge itself: no Python-level call per item.
+        return self._it
 
     def __next__(self) -> tuple[bytes, bytes]:
         if self._db._closed:
             raise ClosedError("database is closed")
-        return next(self._gen)
+        return next(self._it)
 
     def close(self) -> None:
-        self._gen.close()
+        if self._end is not None:
+            self._end()
         if not self._db._closed:
             self._db._release_snapshot(None)  # apply the release now
 
@@ -618,7 +621,7 @@ class DB:
                 raise InvalidTypeError(f"{name} must be bytes or None, not "
                                        f"{type(bound).__name__}")
         if start is not None and end is not None and start >= end:
-            return DBIterator(self, iter(()))
+            return DBIterator(self, iter(()), None)
         if snapshot is None:
             # An implicit snapshot, owned by the merge: released when it ends (deferred:
             # that may happen in the garbage collector, which must not take locks).
@@ -628,10 +631,11 @@ class DB:
             raise ClosedError("snapshot is closed or belongs to another database")
         else:
             release = None
-        return DBIterator(self, self._scan(start, end, reverse, snapshot.seq, release))
+        return DBIterator(self, *self._scan(start, end, reverse, snapshot.seq, release))
 
     def _scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
-              release: Callable[[], None] | None) -> Iterator[tuple[bytes, bytes]]:
+              release: Callable[[], None] | None
+              ) -> tuple[Iterator[tuple[bytes, bytes]], Callable[[], None]]:
         """Merge one source per memtable, per L0 file and per level, newest first."""
         mem, imm, v = self._mem, self._imm, self._version
         sources: list[Iterator[Chunk]] = [mem.scan(start, end, reverse, seq, self._lock)]

@@ -33,5 +33,5 @@ def test_merge_matches_model(sources, sizes):
     for d in reversed(sources):  # older sources first, newer ones overwrite
         model.update(d)
     expected = sorted((k, v) for k, v in model.items() if v is not None)
-    assert list(merge_forward([chunks(d, sizes, False) for d in sources])) == expected
-    assert list(merge_reverse([chunks(d, sizes, True) for d in sources])) == expected[::-1]
+    assert list(merge_forward([chunks(d, sizes, False) for d in sources])[0]) == expected
+    assert list(merge_reverse([chunks(d, sizes, True) for d in sources])[0]) == expected[::-1]
