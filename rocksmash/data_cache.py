@@ -103,17 +103,22 @@ def _crc(table: int, block: int, data: bytes | memoryview) -> int:
 
 
 def _read_record(seg: "_Segment", table: int, block: int, off: int,
-                 n: int) -> bytes | None:
+                 n: int, verify_data: bool = True) -> bytes | None:
     """The whole record at ``off`` if it is intact and names ``(table, block)`` with
     length ``n``; else None. The CRC is recomputed over the *expected* header, so a
-    record of another block (a stale index) fails it like a flipped bit does."""
+    record of another block (a stale index) fails it like a flipped bit does.
+
+    ``verify_data=False`` checks the header fields but not the CRC: for callers whose
+    data carries its own checksum (rocksmash blocks do), so it is not computed twice."""
     try:
         rec = os.pread(seg.fd, RECORD_HEADER_SIZE + n, off)
     except OSError:
         return None
-    if (len(rec) == RECORD_HEADER_SIZE + n and
-            _crc(table, block, memoryview(rec)[RECORD_HEADER_SIZE:]) ==
-            _CRC.unpack_from(rec, 16)[0]):
+    if len(rec) != RECORD_HEADER_SIZE + n:
+        return None
+    if not verify_data:
+        return rec if _HEAD.unpack_from(rec) == (table, block, n) else None
+    if _crc(table, block, memoryview(rec)[RECORD_HEADER_SIZE:]) == _CRC.unpack_from(rec, 16)[0]:
         return rec
     return None
 
@@ -199,10 +204,12 @@ class DataCache:
 
     # -- the read path ----------------------------------------------------------------
 
-    def get(self, table: int, block: int) -> bytes | None:
+    def get(self, table: int, block: int, *, verify_data: bool = True) -> bytes | None:
         """Block ``block`` of ``table`` if cached (and intact), else ``None``.
 
         Counts a hit or a miss; a miss is remembered in the ghost list for admission.
+        ``verify_data=False`` skips the CRC of the data (the caller verifies it): the
+        record header is still checked, so a misdirected read is never returned.
         """
         with self._lock:
             if self._closed:
@@ -219,7 +226,7 @@ class DataCache:
             if e[_FREQ] < MAX_FREQ:
                 e[_FREQ] += 1
             seg, off, n = e[_SEG], e[_OFF], e[_LEN]
-        rec = _read_record(seg, table, block, off, n)
+        rec = _read_record(seg, table, block, off, n, verify_data)
         if rec is not None:
             return rec[RECORD_HEADER_SIZE:]
         self._drop_damaged(table, block, e)
