@@ -234,13 +234,6 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         if not redis_available():
             print("bespokv: --datalet redis needs redis-server (apt-get install redis-server)", file=sys.stderr)
             return 3
-    if args.datalet == "rocksmash":
-        from bespokv.datalets.rocksmash import engine_available
-
-        if not engine_available():
-            print("bespokv: the rocksmash engine is not available in this build (rocksmash.open is missing); "
-                  "use --datalet rocksdb or memory", file=sys.stderr)
-            return 3
     ports = [args.base_port + i for i in range(args.nodes)] if args.base_port else None
     try:
         cluster = LocalCluster(

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from bespokv.errors import InvalidArgumentError
 
 __all__ = [
@@ -349,52 +351,10 @@ def load(path: str | os.PathLike[str]) -> ClusterConfig:
     return ClusterConfig.from_dict(data, p.parent)
 
 
-# -- a tiny TOML writer for the shapes above (tomllib only reads) --------------------------
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise InvalidArgumentError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _toml_key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
-
-
 def dump_toml(d: dict[str, Any]) -> str:
-    """Write nested dicts / lists of dicts as TOML tables and arrays of tables."""
-    lines: list[str] = []
-
-    def table(prefix: str, t: dict[str, Any]) -> None:
-        scalars = {k: v for k, v in t.items() if not isinstance(v, dict) and not _is_aot(v)}
-        subs = {k: v for k, v in t.items() if isinstance(v, dict)}
-        aots = {k: v for k, v in t.items() if _is_aot(v)}
-        for k, v in scalars.items():
-            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-        for k, v in subs.items():
-            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
-            lines.append("")
-            lines.append(f"[{name}]")
-            table(name, v)
-        for k, v in aots.items():
-            name = f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k)
-            for item in v:
-                lines.append("")
-                lines.append(f"[[{name}]]")
-                table(name, item)
-
-    table("", d)
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def _is_aot(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+    """Nested dicts / lists of dicts as TOML (``tomli-w``: tomllib only reads). Any string
+    round-trips through :func:`load`, control characters included."""
+    try:
+        return tomli_w.dumps(d)
+    except TypeError as exc:
+        raise InvalidArgumentError(f"cannot write the config as TOML: {exc}") from exc

@@ -1,9 +1,9 @@
 """bespokv's errors and their gRPC status codes.
 
-Every error bespokv raises on purpose is a subclass of :class:`Error`, which is itself a
-:class:`rocksmash.errors.Error`, so the whole product has one hierarchy (see DESIGN.md,
-"What bad input gets"). Each class carries the gRPC status code it travels as; the client
-turns a status back into the same class.
+Every error bespokv raises on purpose is a subclass of :class:`Error`, bespokv's own root:
+the framework serves any datalet, so it must import (and be installable) without the
+rocksmash engine. Each class carries the gRPC status code it travels as; the client turns a
+status back into the same class.
 
 =========================  ====================  =========  ===============================
 class                      gRPC status           retriable  meaning / what to do
@@ -34,13 +34,17 @@ Errors coming out of a datalet are mapped by :func:`from_exception`: rocksmash's
 their meaning (``InvalidArgumentError`` -> INVALID_ARGUMENT, ``CorruptionError`` ->
 DATA_LOSS, ``UnavailableError``/``ClosedError`` -> UNAVAILABLE, ``LockedError`` ->
 FAILED_PRECONDITION, ``FencedError`` -> ABORTED), a plain ``TypeError``/``ValueError`` as
-INVALID_ARGUMENT, anything else as INTERNAL.
+INVALID_ARGUMENT, anything else as INTERNAL. The engine's classes are looked up only when
+the engine is loaded (an exception can only be one of them if it is), so this module never
+imports rocksmash.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import grpc
-from rocksmash import errors as _rm
 
 __all__ = [
     "Error",
@@ -62,7 +66,7 @@ __all__ = [
 ]
 
 
-class Error(_rm.Error):
+class Error(Exception):
     """Root of every error bespokv raises on purpose."""
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
@@ -72,8 +76,9 @@ class Error(_rm.Error):
     applied: bool | None = None
 
 
-class InvalidArgumentError(Error, _rm.InvalidArgumentError):
-    """The request is malformed or out of bounds (empty/oversized key, oversized value)."""
+class InvalidArgumentError(Error, ValueError):
+    """The request is malformed or out of bounds (empty/oversized key, oversized value).
+    Also a ``ValueError``, as the engine's class of the same name is."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -91,13 +96,13 @@ class WrongShardError(Error):
     retriable = True
 
 
-class FencedError(Error, _rm.FencedError):
+class FencedError(Error):
     """A newer epoch (failover) fenced the one this request was made under."""
 
     code = grpc.StatusCode.ABORTED
 
 
-class UnavailableError(Error, _rm.UnavailableError):
+class UnavailableError(Error):
     """A node, a replica, a chain link or a quorum is not reachable right now."""
 
     code = grpc.StatusCode.UNAVAILABLE
@@ -130,7 +135,7 @@ class UnsupportedError(Error):
     code = grpc.StatusCode.UNIMPLEMENTED
 
 
-class CorruptionError(Error, _rm.CorruptionError):
+class CorruptionError(Error):
     """The datalet reported corrupt data."""
 
     code = grpc.StatusCode.DATA_LOSS
@@ -142,7 +147,7 @@ class InternalError(Error):
     code = grpc.StatusCode.INTERNAL
 
 
-class ClosedError(Error, _rm.ClosedError):
+class ClosedError(Error):
     """The client (or node) was closed."""
 
     code = grpc.StatusCode.CANCELLED
@@ -171,22 +176,30 @@ def from_exception(exc: BaseException) -> Error:
     if isinstance(exc, Error):
         return exc
     msg = str(exc) or type(exc).__name__
-    if isinstance(exc, _rm.InvalidArgumentError):
-        return InvalidArgumentError(msg)
-    if isinstance(exc, _rm.CorruptionError):
-        return CorruptionError(msg)
-    if isinstance(exc, (_rm.UnavailableError, _rm.ClosedError)):
-        return UnavailableError(msg)
-    if isinstance(exc, _rm.LockedError):
-        return WrongShardError(f"datalet locked: {msg}")
-    if isinstance(exc, _rm.FencedError):
-        return FencedError(msg)
+    engine = sys.modules.get("rocksmash.errors")
+    if engine is not None and isinstance(exc, engine.Error):
+        return _from_engine(exc, engine, msg)
     if isinstance(exc, (TypeError, ValueError)):
         return InvalidArgumentError(msg)
     if isinstance(exc, TimeoutError):
         return DeadlineExceededError(msg)
     if isinstance(exc, (ConnectionError, OSError)):
         return UnavailableError(f"datalet I/O failed: {msg}")
+    return InternalError(f"{type(exc).__name__}: {msg}")
+
+
+def _from_engine(exc: BaseException, engine: Any, msg: str) -> Error:
+    """A rocksmash engine error (raised by the rocksmash datalet) as its bespokv class."""
+    if isinstance(exc, engine.InvalidArgumentError):  # InvalidTypeError is one too
+        return InvalidArgumentError(msg)
+    if isinstance(exc, engine.CorruptionError):
+        return CorruptionError(msg)
+    if isinstance(exc, (engine.UnavailableError, engine.ClosedError)):
+        return UnavailableError(msg)
+    if isinstance(exc, engine.LockedError):
+        return WrongShardError(f"datalet locked: {msg}")
+    if isinstance(exc, engine.FencedError):
+        return FencedError(msg)
     return InternalError(f"{type(exc).__name__}: {msg}")
 
 

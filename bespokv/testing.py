@@ -41,6 +41,7 @@ from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, Shard
 from bespokv.datalets import DataletFactory
 
 __all__ = [
+    "wait_until",
     "free_port",
     "make_config",
     "LocalCluster",
@@ -51,6 +52,20 @@ __all__ = [
 ]
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, *, interval: float = 0.05) -> object:
+    """Poll ``cond()`` until it returns something true and return that; raise
+    ``TimeoutError`` naming ``what`` after ``timeout`` seconds. Exceptions from ``cond``
+    propagate. Tests use this instead of fixed sleeps."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"after {timeout}s still waiting for {what}")
+        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -398,10 +413,6 @@ class InProcessCluster:
         if node is not None:
             await node.stop(grace)
 
-    async def restart_node(self, node_id: str) -> Any:
-        await self.stop_node(node_id)
-        return await self.start_node(node_id)
-
     async def wait_ready(self, timeout: float = 30.0) -> None:
         await asyncio.gather(*(n.wait_ready(timeout) for n in self.nodes.values()))
 
@@ -477,17 +488,3 @@ class ThreadedCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def redis_servers(n: int) -> Iterator[list[RedisServer]]:
-    """``n`` private redis-servers, stopped on exit."""
-    servers = [RedisServer() for _ in range(n)]
-    try:
-        for s in servers:
-            s.start()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
-            shutil.rmtree(s.dir, ignore_errors=True)

@@ -66,6 +66,9 @@ class VersionedControlet(Controlet):
             "ae_rounds": 0,
             "ae_repaired": 0,
             "tombstones_collected": 0,
+            # expired tombstones a collection round had to keep (a replica objected or
+            # was unreachable): shows that rounds run even when they collect nothing
+            "tombstones_kept": 0,
         }
         self.digests = [0] * DIGEST_BUCKETS
         self.last_ae: dict[str, float] = {}
@@ -132,6 +135,7 @@ class VersionedControlet(Controlet):
         if not dead:
             return 0
         ok = await self.confirm_collectable(dead)
+        self.stats["tombstones_kept"] += len(dead) - sum(ok)
         dead = [d for d, yes in zip(dead, ok) if yes]
         # Re-read in the same synchronous stretch as the delete: only drop what is unchanged.
         current = self.datalet.multi_get([k for k, _ in dead])

@@ -16,16 +16,7 @@ from typing import Any
 
 from bespokv.datalets.base import Datalet, Op, check_key
 
-__all__ = ["RocksmashDatalet", "engine_available"]
-
-
-def engine_available() -> bool:
-    """True once the rocksmash engine exposes ``open`` (it is being written in parallel)."""
-    try:
-        import rocksmash
-    except ImportError:
-        return False
-    return callable(getattr(rocksmash, "open", None)) and hasattr(rocksmash, "WriteBatch")
+__all__ = ["RocksmashDatalet"]
 
 
 class RocksmashDatalet(Datalet):
@@ -35,8 +26,6 @@ class RocksmashDatalet(Datalet):
     def __init__(self, path: str, **options: Any) -> None:
         import rocksmash
 
-        if not engine_available():
-            raise RuntimeError("the rocksmash engine is not available yet (rocksmash.open is missing)")
         self._rm = rocksmash
         os.makedirs(path, exist_ok=True)
         self.path = path
@@ -46,10 +35,7 @@ class RocksmashDatalet(Datalet):
         return self._db.get(key)
 
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
-        mg = getattr(self._db, "multi_get", None)
-        if mg is not None:
-            return list(mg(list(keys)))
-        return [self._db.get(k) for k in keys]
+        return self._db.multi_get(list(keys))
 
     def write(self, ops: Sequence[Op]) -> None:
         batch = self._rm.WriteBatch()
@@ -84,9 +70,7 @@ class RocksmashDatalet(Datalet):
             if buf:
                 yield buf
         finally:
-            close = getattr(snap, "close", None)
-            if close is not None:
-                close()
+            snap.close()
 
     def close(self) -> None:
         self._db.close()

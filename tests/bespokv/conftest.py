@@ -15,14 +15,12 @@ from plugin_datalet import PlainDictDatalet  # noqa: E402
 
 from bespokv.datalets.base import Datalet, ensure_datalet  # noqa: E402
 from bespokv.datalets.memory import MemoryDatalet  # noqa: E402
-from bespokv.datalets.rocksmash import engine_available  # noqa: E402
 from bespokv.testing import RedisServer, redis_available  # noqa: E402
 
 #: Every built-in datalet and the plug-in one from this directory.
 DATALET_KINDS = ["memory", "rocksdb", "rocksmash", "redis", "plugin"]
 
 REDIS_MISSING = "redis-server is not installed (scripts/install-system-deps.sh installs it in CI)"
-ROCKSMASH_MISSING = "the rocksmash engine does not expose rocksmash.open / WriteBatch yet"
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +46,6 @@ def make_factory(kind: str, tmp_path, request) -> DataletFactory:
 
         return lambda node, shard: RocksDBDatalet(str(tmp_path / "rocksdb" / node / f"shard-{shard}"))
     if kind == "rocksmash":
-        if not engine_available():
-            pytest.skip(ROCKSMASH_MISSING)
         from bespokv.datalets.rocksmash import RocksmashDatalet
 
         return lambda node, shard: RocksmashDatalet(str(tmp_path / "rocksmash" / node / f"shard-{shard}"))

@@ -99,11 +99,11 @@ def test_node_stops_cleanly_on_sigterm():
         assert "listening on" in log and "stopping" in log
 
 
-def test_rocksmash_or_redis_unavailable_is_reported(tmp_path, monkeypatch):
+def test_redis_unavailable_is_reported(tmp_path, monkeypatch):
     from bespokv import cli
 
-    monkeypatch.setattr("bespokv.datalets.rocksmash.engine_available", lambda: False)
-    rc = cli.main(["cluster", "up", "--datalet", "rocksmash", "--dir", str(tmp_path), "--detach"])
+    monkeypatch.setattr("bespokv.testing.redis_available", lambda: False)
+    rc = cli.main(["cluster", "up", "--datalet", "redis", "--dir", str(tmp_path), "--detach"])
     assert rc == 3
 
 

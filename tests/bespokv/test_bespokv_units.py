@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -125,6 +127,22 @@ def test_dump_toml_quotes():
 
     d = {"a": {"s": 'x"y\\z', "l": [1, 2], "t": {"k": True}}, "arr": [{"x": 1}, {"x": 2}]}
     assert tomllib.loads(dump_toml(d)) == d
+
+
+@given(st.text())
+def test_dump_toml_round_trips_any_string(text):
+    """Control characters (\\r, \\x00, \\x7f, ...) once made TOML that tomllib rejects."""
+    import tomllib
+
+    d = {"cluster": {"name": text, "token": "\r\x00\x7f" + text}, "nodes": [{"id": text}]}
+    assert tomllib.loads(dump_toml(d)) == d
+
+
+def test_config_with_control_characters_round_trips(tmp_path):
+    cfg = make_config(3).replace(name="a\rb\x00c\x7fd", token="t\r\x00\x7f")
+    cfg.write(tmp_path / "c.toml")
+    back = load(tmp_path / "c.toml")
+    assert back.name == cfg.name and back.token == cfg.token
 
 
 # -- hashing and shard map --------------------------------------------------------------------------
@@ -266,14 +284,25 @@ def test_error_mapping():
     assert errors.from_exception(rm_errors.LockedError("x")).code == grpc.StatusCode.FAILED_PRECONDITION
     assert errors.from_exception(rm_errors.FencedError("x")).code == grpc.StatusCode.ABORTED
     assert errors.from_exception(TypeError("x")).code == grpc.StatusCode.INVALID_ARGUMENT
+    assert errors.from_exception(rm_errors.Error("x")).code == grpc.StatusCode.INTERNAL
     assert errors.from_exception(KeyError("x")).code == grpc.StatusCode.INTERNAL
     for cls in (errors.InvalidArgumentError, errors.UnknownShardError, errors.WrongShardError,
                 errors.UnavailableError, errors.OverloadedError, errors.UnsupportedError, errors.CorruptionError):
         back = errors.from_status(cls.code, "m")
         assert type(back) is cls and str(back) == "m"
-        assert isinstance(back, rm_errors.Error)  # one hierarchy for the whole product
+        assert isinstance(back, errors.Error) and not isinstance(back, rm_errors.Error)  # bespokv's own root
     assert errors.status_code(14) == grpc.StatusCode.UNAVAILABLE
     assert errors.from_status(grpc.StatusCode.CANCELLED, "x").retriable
+
+
+def test_framework_imports_without_the_engine():
+    """bespokv serves any datalet: importing it (server, client, CLI) must not load rocksmash."""
+    code = (
+        "import sys; import bespokv, bespokv.server, bespokv.cli, bespokv.testing; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('rocksmash', 'cloudtier')], "
+        "sorted(m for m in sys.modules if m.startswith(('rocksmash', 'cloudtier')))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_limits_and_tuning_validate():

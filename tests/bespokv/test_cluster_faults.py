@@ -10,7 +10,7 @@ import pytest
 from conftest import REDIS_MISSING
 
 from bespokv.config import Tuning
-from bespokv.testing import LocalCluster, redis_available
+from bespokv.testing import LocalCluster, redis_available, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -66,6 +66,8 @@ def test_kill9_replica_mid_stream_then_catch_up(mode, datalet):
                 return client.aio.target(smap.shard_of_key(key), write=True) != victim
             return True
 
+        sent = [0]  # batches handed to the client (acknowledged or not)
+
         def writer() -> None:
             i = 0
             while not stop.is_set():
@@ -75,6 +77,7 @@ def test_kill9_replica_mid_stream_then_catch_up(mode, datalet):
                     i += 1
                     if eligible(k):
                         batch.append((k, b"value-%d" % i))
+                sent[0] += 1
                 try:
                     client.put_many(batch)
                     acked.update(batch)
@@ -84,13 +87,16 @@ def test_kill9_replica_mid_stream_then_catch_up(mode, datalet):
         t = threading.Thread(target=writer)
         t.start()
         try:
-            time.sleep(1.0)
+            wait_until(lambda: len(acked) >= 200, 60, "acknowledged writes before the kill")
             before = len(acked)
             cluster.kill(victim)  # SIGKILL, mid-stream
-            time.sleep(1.0)
+            at_kill = sent[0]
+            # Restart only once batches were sent while the victim was dead.
+            wait_until(lambda: sent[0] >= at_kill + 2, 60, "writes sent while the victim is down")
             cluster.start_node(victim)
             cluster.wait_ready(60)
-            time.sleep(1.0)
+            at_ready = len(acked)
+            wait_until(lambda: len(acked) >= at_ready + 100, 60, "acknowledged writes after the restart")
         finally:
             stop.set()
             t.join(60)

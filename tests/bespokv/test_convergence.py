@@ -12,7 +12,7 @@ import pytest
 
 from bespokv.config import DataletSpec, Tuning
 from bespokv.shardmap import ShardMap
-from bespokv.testing import LocalCluster, make_config
+from bespokv.testing import LocalCluster, make_config, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -55,12 +55,15 @@ def test_replicas_converge_after_writes_stop(mode):
         for t in threads:
             t.start()
         try:
-            time.sleep(1.5)
+            wait_until(lambda: sum(counts) >= 20, 60, "writes before the kill")
             cluster.kill("n3")
-            time.sleep(1.0)
+            at_kill = sum(counts)
+            # Keep n3 down until the writers have gone on writing without it.
+            wait_until(lambda: sum(counts) >= at_kill + 4, 60, "writes while n3 is down")
             cluster.start_node("n3")
             cluster.wait_ready(60)
-            time.sleep(1.0)
+            at_ready = sum(counts)
+            wait_until(lambda: sum(counts) >= at_ready + 8, 60, "writes after n3 returned")
         finally:
             stop.set()
             for t in threads:
@@ -204,7 +207,13 @@ def test_aa_sc_collects_tombstones_only_when_safe(datalet, tmp_path):
         tc.call(tc.cluster.stop_node("n3"))
         for i in range(10):
             c.delete(b"t%02d" % i)
-        time.sleep(1.5)
+
+        def kept() -> float:
+            return sum(tc.run(lambda: n.controlets[0].stats["tombstones_kept"]) for n in tc.nodes.values())
+
+        # Wait until both live replicas have run a collection round over the expired
+        # tombstones (grace 0.5 s) and kept them because n3 could not answer.
+        wait_until(lambda: kept() >= 20, 30, "a collection round over the expired tombstones")
         assert collected() == 0
         tc.call(tc.cluster.start_node("n3"))
         tc.call(tc.nodes["n3"].wait_ready(30))

@@ -14,19 +14,22 @@ from lincheck import UNKNOWN, Operation, check
 
 from bespokv.config import Tuning
 from bespokv.errors import Error
-from bespokv.testing import LocalCluster
+from bespokv.testing import LocalCluster, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 KEYS = [b"k%d" % i for i in range(6)]
 
 
-async def record_history(client, *, clients: int, seconds: float, cas: bool, seed: int) -> list[Operation]:
+async def record_history(
+    client, *, clients: int, seconds: float, cas: bool, seed: int, history: list[Operation] | None = None
+) -> list[Operation]:
     """``clients`` concurrent workers doing random operations on a few keys for ``seconds``.
 
     Writes are never retried by the client (``retry_writes=False``): a write that fails is
-    recorded with an unknown outcome. Reads that fail are dropped (they had no effect)."""
-    history: list[Operation] = []
+    recorded with an unknown outcome. Reads that fail are dropped (they had no effect).
+    Operations are appended to ``history`` (a new list by default) as they complete."""
+    history = [] if history is None else history
     deadline = time.monotonic() + seconds
     counter = iter(range(10**9))
 
@@ -72,25 +75,36 @@ def test_strong_modes_are_linearizable_under_a_crash(mode):
     tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
     with LocalCluster(3, replicas=3, shards=2, mode=mode, datalet="memory", tuning=tuning) as cluster:
 
+        history: list[Operation] = []
+        chaos_errors: list[BaseException] = []
+
         def chaos() -> None:
-            time.sleep(1.5)
-            cluster.kill("n3")
-            time.sleep(1.0)
-            cluster.start_node("n3")
+            try:
+                wait_until(lambda: len(history) >= 100, 30, "operations before the kill")
+                cluster.kill("n3")
+                at_kill = len(history)
+                wait_until(lambda: len(history) >= at_kill + 20, 30, "operations while n3 is down")
+                cluster.start_node("n3")
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
+                chaos_errors.append(exc)
 
         async def run() -> list[Operation]:
             client = cluster.async_client(retry_writes=False, retries=10, timeout=3.0)
             try:
-                return await record_history(client, clients=12, seconds=6.0, cas=(mode == "ms-sc"), seed=7)
+                return await record_history(
+                    client, clients=12, seconds=6.0, cas=(mode == "ms-sc"), seed=7, history=history
+                )
             finally:
                 await client.close()
 
         t = threading.Thread(target=chaos)
         t.start()
         try:
-            history = asyncio.run(run())
+            asyncio.run(run())
         finally:
             t.join(60)
+        assert not chaos_errors, chaos_errors
+        assert not t.is_alive()
         ok = [o for o in history if o.output is not UNKNOWN]
         reads = [o for o in ok if o.kind == "get"]
         assert len(ok) > 300 and len(reads) > 100, (len(ok), len(reads))
