@@ -331,6 +331,21 @@ class LocalCluster:
             if client is not None:
                 client.close()
 
+    def wait_reported_down(self, node_id: str, timeout: float = 30.0) -> None:
+        """Wait until the other nodes report ``node_id`` unreachable (after a kill or a
+        pause): fault tests hold a fault until the cluster has noticed it."""
+        others = [n.address for n in self.config.nodes if n.id != node_id]
+        with Client(others, retries=0, timeout=2.0, token=self.config.token, tls=self.config.tls) as c:
+
+            def down() -> bool:
+                try:
+                    st = c.cluster_status()
+                except Exception:  # noqa: BLE001 - the seed itself may be restarting
+                    return False
+                return any(n.id == node_id and not n.up for n in st.nodes)
+
+            wait_until(down, timeout, f"{node_id} to be reported down")
+
     def log_path(self, node_id: str) -> str:
         return os.path.join(self.dir, "logs", f"{node_id}.log")
 
