@@ -1,0 +1,99 @@
+"""Content-addressed chunks: pin (take a reference), upload only when new, read back.
+
+A chunk is up to ``chunk_size`` bytes of one tensor (or one serialized object), named by
+the SHA-256 of its bytes. Its KV record (:class:`~bespokv.training.records.ChunkRecord`)
+says which incarnation is current, whether it is uploaded, and which saves hold it.
+
+The pin protocol, one CAS loop per chunk, is what makes deduplication safe against a GC
+running at the same time (see docs/decisions/0001-checkpoint-chunk-gc.md):
+
+1. absent record               -> create ``{new token, live, not uploaded, [save]}``;
+2. live record                 -> add ``save`` to its holders (if not there yet);
+3. ``deleting`` record         -> replace it with a fresh incarnation (new token);
+4. upload iff the record (after the CAS) is not marked uploaded, then CAS ``uploaded``.
+
+GC deletes a chunk only by CAS-ing a record whose holders are all dead to ``deleting``;
+any pin that happened before makes that CAS fail, and any pin after it makes a new
+incarnation whose object GC never touches. So a chunk referenced by a committed checkpoint
+(whose save pinned it) is never deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from cloudtier import NotFoundError, ObjectStore
+
+from bespokv.training.errors import ChunkMissingError
+from bespokv.training.kv import KV
+from bespokv.training.records import DELETING, LIVE, ChunkRecord, chunk_key, object_key
+
+__all__ = ["digest_of", "pin_and_upload", "read_chunk"]
+
+
+def digest_of(data: Any) -> str:
+    """The SHA-256 hex digest that names a chunk (hashlib releases the GIL on big buffers)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def pin_and_upload(kv: KV, objects: ObjectStore, ns: bytes, digest: str, data: Any,
+                   save_id: str) -> tuple[str, bool]:
+    """Make ``save_id`` a holder of chunk ``digest`` and make sure its bytes are stored.
+
+    Returns ``(token, uploaded_now)``: the incarnation the save must reference, and whether
+    this call uploaded the bytes (False: deduplicated). ``data`` is the chunk's bytes
+    (any buffer). Raises what the KV and the object store raise.
+    """
+    key = chunk_key(ns, digest)
+    size = len(memoryview(data).cast("B")) if not isinstance(data, bytes) else len(data)
+    while True:  # each round ends in a successful CAS or re-reads after a lost one
+        raw = kv.get(key)
+        rec = ChunkRecord.decode(raw) if raw is not None else None
+        if rec is None or rec.state == DELETING:
+            new = ChunkRecord(secrets.token_hex(8), LIVE, False, size, (save_id,))
+        elif save_id in rec.holders:
+            new = rec
+        else:
+            new = ChunkRecord(rec.token, LIVE, rec.uploaded, rec.size, rec.holders + (save_id,))
+        new_raw = new.encode()
+        if new_raw == raw or kv.cas(key, raw, new_raw):
+            break
+    if new.uploaded:
+        return new.token, False
+    objects.put(object_key(digest, new.token), data)
+    _mark_uploaded(kv, key, new.token)
+    return new.token, True
+
+
+def _mark_uploaded(kv: KV, key: bytes, token: str) -> None:
+    """Set ``uploaded`` on incarnation ``token`` (a no-op if it is no longer current)."""
+    while True:
+        raw = kv.get(key)
+        if raw is None:
+            return
+        rec = ChunkRecord.decode(raw)
+        if rec.token != token or rec.uploaded:
+            return
+        done = ChunkRecord(rec.token, rec.state, True, rec.size, rec.holders)
+        if kv.cas(key, raw, done.encode()):
+            return
+
+
+def read_chunk(objects: ObjectStore, digest: str, token: str, size: int, *, verify: bool = True) -> bytes:
+    """The bytes of one chunk incarnation, checked against its length and (``verify``) hash.
+
+    Raises ``ChunkMissingError`` if the object is absent, short, or does not hash to
+    ``digest``: a checkpoint never loads bytes that are not the ones it saved.
+    """
+    key = object_key(digest, token)
+    try:
+        data = objects.get(key)
+    except NotFoundError as e:
+        raise ChunkMissingError(f"chunk {key} is missing from {objects!r}") from e
+    if len(data) != size:
+        raise ChunkMissingError(f"chunk {key} is {len(data)} bytes, expected {size}")
+    if verify and digest_of(data) != digest:
+        raise ChunkMissingError(f"chunk {key} does not match its SHA-256: corrupted in the store")
+    return data
