@@ -155,7 +155,10 @@ class DelayProxy:
         )
 
     def stats(self) -> dict[str, int]:
-        """Counters: connections, requests/responses (bursts), bytes_up/bytes_down."""
+        """Counters: connections, requests/responses (bursts), bytes_up/bytes_down.
+
+        Every burst and byte is counted before it is forwarded, so everything a client
+        has received (or a server has been sent) is already included."""
         return {
             "connections": self._connections,
             "requests": self._up.bursts,
@@ -277,9 +280,12 @@ class DelayProxy:
                 if d.delay_s:
                     await asyncio.sleep(d.delay_s)
             await d.pace(len(data))
+            # Counted before it is forwarded: once the peer holds these bytes, stats()
+            # includes them (counting after drain() let a reader see the reply but not
+            # its count: the 64 == 96 flake of issue 9).
+            d.bytes += len(data)
             writer.write(data)
             await writer.drain()
-            d.bytes += len(data)
         if writer.can_write_eof():
             with contextlib.suppress(OSError):
                 writer.write_eof()  # half-close: pass the EOF on, keep the other way open

@@ -19,7 +19,7 @@ import pytest
 
 import cloudtier
 from cloudtier.proxy import PROFILES, DelayProxy, parse_bandwidth, parse_hostport
-from cloudtier.testing import MotoServer, free_port
+from cloudtier.testing import ChildServer, free_port
 
 REPO_ROOT = Path(cloudtier.__file__).resolve().parent.parent
 
@@ -227,13 +227,13 @@ def test_cli_runs_delays_and_stops_on_sigterm(echo_server: tuple[str, int]) -> N
 
 @pytest.mark.server
 def test_s3_requests_through_the_proxy_are_delayed(
-    moto_server: MotoServer, s3_options: dict[str, Any]
+    s3_server: ChildServer, s3_options: dict[str, Any]
 ) -> None:
     from cloudtier_testutil import BUCKET
 
     from cloudtier.s3_store import S3Store
 
-    with DelayProxy(moto_server.endpoint_url, profile="s3") as proxy:
+    with DelayProxy(s3_server.endpoint_url, profile="s3") as proxy:
         with S3Store(BUCKET, "proxied", **{**s3_options, "endpoint_url": proxy.endpoint_url}) as store:
             store.put("k", b"v" * 1000)
             t0 = time.monotonic()

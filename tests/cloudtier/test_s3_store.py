@@ -1,4 +1,4 @@
-"""s3:// specifics against the session's moto server (and a proxy for timeouts)."""
+"""s3:// specifics against each session server, SeaweedFS and moto (and a proxy for timeouts)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from cloudtier import (
 )
 from cloudtier.proxy import DelayProxy
 from cloudtier.s3_store import S3Store
-from cloudtier.testing import MotoServer, free_port
+from cloudtier.testing import ChildServer, free_port
 
 pytestmark = pytest.mark.server
 
@@ -67,8 +67,8 @@ def test_refused_connection_is_transient() -> None:
     assert isinstance(info.value.__cause__, Exception)  # botocore's error stays attached
 
 
-def test_slow_server_raises_store_timeout(moto_server: MotoServer, s3_options: dict[str, Any]) -> None:
-    with DelayProxy(moto_server.endpoint_url, response_delay_ms=1500) as slow:
+def test_slow_server_raises_store_timeout(s3_server: ChildServer, s3_options: dict[str, Any]) -> None:
+    with DelayProxy(s3_server.endpoint_url, response_delay_ms=1500) as slow:
         options = {**s3_options, "endpoint_url": slow.endpoint_url, "read_timeout": 0.3}
         with S3Store(BUCKET, **options) as store:
             t0 = time.monotonic()
@@ -82,11 +82,11 @@ def test_slow_server_raises_store_timeout(moto_server: MotoServer, s3_options: d
 
 
 def test_credentials_and_endpoint_from_standard_env_vars(
-    moto_server: MotoServer, s3_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    s3_server: ChildServer, s3_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint_url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_options["access_key"])  # SeaweedFS checks them
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_options["secret_key"])
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     with open_store(f"s3://{BUCKET}/env-{uuid.uuid4().hex[:8]}") as store:
         store.put("k", b"via env")

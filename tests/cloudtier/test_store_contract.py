@@ -16,6 +16,7 @@ from cloudtier import (
     ObjectStore,
     PreconditionFailedError,
 )
+from cloudtier.testing import ConditionalPuts
 
 # --- put / get / head / delete ---------------------------------------------------------
 
@@ -163,12 +164,18 @@ def test_list_is_sorted_and_spans_pages(store: ObjectStore) -> None:
     assert infos[5].etag == store.head(keys[5]).etag
 
 
-def test_list_order_matches_byte_order_across_directories(store: ObjectStore) -> None:
+def test_list_order_matches_byte_order_across_directories(store: ObjectStore, list_order: str) -> None:
     # '-' < '/' < '0': a naive directory walk would emit "a/..." before "a-b".
     keys = ["a/b", "a-b", "a0", "a/c/d", "a/c-e", "a/c/e/f", "b", "a/b0"]
     for key in keys:
         store.put(key, b"")
-    assert [o.key for o in store.list()] == sorted(keys)
+    listed = [o.key for o in store.list()]  # PAGE_SIZE 3: several pages
+    if list_order == "segments":
+        # SeaweedFS walks its filer's directories (docs/cloudtier.md): a known deviation
+        # from S3, pinned here so that a change either way is noticed. Still every key once.
+        assert listed == sorted(keys, key=lambda k: k.split("/"))
+    else:
+        assert listed == sorted(keys)
 
 
 def test_list_prefix_filters(store: ObjectStore) -> None:
@@ -292,37 +299,39 @@ def test_concurrent_puts_gets_and_lists_from_threads(store: ObjectStore) -> None
 
 
 def test_racing_if_none_match_has_exactly_one_winner(
-    make_store: StoreFactory, request: pytest.FixtureRequest
+    make_store: StoreFactory, backend: str, conditional_puts: ConditionalPuts
 ) -> None:
-    if request.node.callspec.params["make_store"].startswith("s3"):
-        pytest.skip("moto evaluates conditional PUTs check-then-act, not atomically; "
-                    "AWS S3, MinIO and Ceph are atomic")
-    stores = [make_store() for _ in range(2)]  # two instances: two locks in play
-    winners: list[int] = []
-    barrier = threading.Barrier(8)
+    if not conditional_puts.if_none_match_atomic:
+        pytest.skip(f"{backend} evaluates If-None-Match check-then-act, not atomically")
+    stores = [make_store() for _ in range(2)]  # two instances: two locks / connection pools
+    contenders, rounds = 16, 5
 
-    def contender(n: int) -> None:
-        barrier.wait()
-        try:
-            stores[n % 2].put("leader", str(n).encode(), if_none_match=True)
-            winners.append(n)
-        except PreconditionFailedError:
-            pass
+    for r in range(rounds):
+        winners: list[int] = []
+        barrier = threading.Barrier(contenders)
 
-    pool = [threading.Thread(target=contender, args=(n,)) for n in range(8)]
-    for th in pool:
-        th.start()
-    for th in pool:
-        th.join()
-    assert len(winners) == 1
-    assert stores[0].get("leader") == str(winners[0]).encode()
+        def contender(n: int) -> None:
+            barrier.wait()
+            try:
+                stores[n % 2].put(f"leader-{r}", str(n).encode(), if_none_match=True)
+                winners.append(n)
+            except PreconditionFailedError:
+                pass
+
+        pool = [threading.Thread(target=contender, args=(n,)) for n in range(contenders)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        assert len(winners) == 1, f"round {r}: winners {winners}"
+        assert stores[0].get(f"leader-{r}") == str(winners[0]).encode()
 
 
 def test_racing_if_match_increments_lose_no_update(
-    make_store: StoreFactory, request: pytest.FixtureRequest
+    make_store: StoreFactory, backend: str, conditional_puts: ConditionalPuts
 ) -> None:
-    if request.node.callspec.params["make_store"].startswith("s3"):
-        pytest.skip("moto evaluates conditional PUTs check-then-act, not atomically")
+    if not conditional_puts.if_match_atomic:
+        pytest.skip(f"{backend} evaluates If-Match check-then-act, not atomically")
     stores = [make_store() for _ in range(2)]
     stores[0].put("counter", b"0")
     threads, increments = 4, 15

@@ -1,5 +1,5 @@
-"""The cloud tier: lower levels in an object store (memory://, file://, and s3:// against a
-real moto server over HTTP), the MetaCache and DataCache, reopen from the bucket, fencing
+"""The cloud tier: lower levels in an object store (memory://, file://, and s3:// against
+real SeaweedFS and moto servers over HTTP), the MetaCache and DataCache, reopen from the bucket, fencing
 of a second writer, and failing object stores."""
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ CLOUDY = dict(local_budget=0, memtable_size="16KiB", target_file_size="16KiB",
               level_base_size="64KiB", level_multiplier=4, num_levels=4)
 
 
-@pytest.fixture(params=["memory", "file", "s3"])
+@pytest.fixture(params=["memory", "file", pytest.param("seaweedfs", marks=pytest.mark.server),
+                        pytest.param("moto", marks=pytest.mark.server)])
 def store_options(request, tmp_path):
     if request.param == "memory":
         return dict(object_store=f"memory://{uuid.uuid4().hex}/db")
     if request.param == "file":
         return dict(object_store=f"file://{tmp_path}/bucket")
-    return request.getfixturevalue("s3_store_options")
+    return request.getfixturevalue("s3_store_options_for")(request.param)
 
 
 def load(db, n, tag=b""):

@@ -184,3 +184,30 @@ class DBModelCloudFiles(DBModel):
 
 TestModelCloudFiles = DBModelCloudFiles.TestCase
 TestModelCloudFiles.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
+
+
+class DBModelCloudS3(DBModel):
+    """A real S3 server over HTTP (the session's SeaweedFS, tests/conftest.py) with no
+    local budget: every level below L0 is in the bucket; each example its own prefix."""
+
+    options = dict(SMALL, background_processes=False, local_budget=0,
+                   cloud_target_file_size=4096, cache_size="64KiB")
+    #: open_store options of the server; set by the ``_model_s3_server`` fixture.
+    server_options: dict = {}
+    bucket = "rm-model"
+
+    def fresh_options(self, path: str) -> dict:
+        return dict(self.options, object_store=f"s3://{self.bucket}/{uuid.uuid4().hex[:12]}",
+                    object_store_options=dict(self.server_options))
+
+
+@pytest.fixture
+def _model_s3_server(seaweedfs_server):
+    from cloudtier.s3_store import S3Store
+
+    DBModelCloudS3.server_options = seaweedfs_server.store_options()
+    S3Store(DBModelCloudS3.bucket, create_bucket=True, **DBModelCloudS3.server_options).close()
+
+
+TestModelCloudS3 = pytest.mark.server(pytest.mark.usefixtures("_model_s3_server")(DBModelCloudS3.TestCase))
+TestModelCloudS3.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 6))
