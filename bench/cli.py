@@ -19,7 +19,7 @@ from bench.generators import DISTRIBUTIONS
 from bench.presets import PRESETS
 from bench.runners import REGISTRY, availability
 from bench.runners.base import SETTLE_MODES
-from bench.units import parse_budget, parse_bytes, parse_count, parse_duration
+from bench.units import parse_budget, parse_bytes, parse_count, parse_duration, parse_rate
 from bench.workloads import CORE_WORKLOADS
 
 __all__ = ["main", "build_parser"]
@@ -154,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "behind a proxy adding 0 / 1 / 20 ms per request; tiered systems keep "
                         "cold data there (default local)")
     g.add_argument("--delay-ms", type=float, help="override the per-request delay of --network")
-    g.add_argument("--bandwidth", type=_typed(parse_bytes, "size"),
-                   help="cap the proxy's bandwidth per direction, bytes/s (100MB, 1GiB)")
+    g.add_argument("--bandwidth", type=_typed(parse_rate, "rate"),
+                   help="cap the proxy's bandwidth per direction, bytes/s (100MB, 1GiB, 1Gbit)")
     g.add_argument("--s3-endpoint", metavar="URL",
                    help="use this S3-compatible endpoint instead of starting moto "
                         "(credentials from AWS_* variables)")
@@ -271,8 +271,8 @@ def _add_tiering(sub: Any) -> None:
     g = t.add_argument_group("object store, network, caches")
     g.add_argument("--delay-ms", type=float, default=20.0,
                    help="delay the proxy adds to every object-store request (default 20)")
-    g.add_argument("--bandwidth", type=_typed(parse_bytes, "size"),
-                   help="cap the proxy's bandwidth per direction, bytes/s (default: none)")
+    g.add_argument("--bandwidth", type=_typed(parse_rate, "rate"),
+                   help="cap the proxy's bandwidth per direction, bytes/s: 100MB, 1Gbit (default: none)")
     g.add_argument("--s3-endpoint", metavar="URL",
                    help="use this S3-compatible endpoint instead of starting moto (credentials "
                         "from AWS_* variables)")

@@ -1,18 +1,21 @@
 """Parsing and formatting of the quantities the CLI and the reports deal in.
 
-Counts accept ``1000000``, ``1_000_000``, ``1e6`` and ``1M``; byte sizes accept
-``4096``, ``64MiB``, ``2GiB``, ``1.5GB``. Parsers raise :class:`ValueError` with the bad
+Counts accept ``1000000``, ``1_000_000``, ``1e6`` and ``1M``; byte sizes and rates are
+parsed by :mod:`cloudtier.units` (``4096``, ``64MiB``, ``2GiB``, ``1.5GB``; rates also
+``1Gbit``, ``100MB/s``), the project's one parser of them. Parsers raise :class:`ValueError` with the bad
 text in the message; formatters never raise.
 """
 
 from __future__ import annotations
 
 import math
-import re
+
+from cloudtier.units import parse_rate, parse_size, split_quantity
 
 __all__ = [
     "parse_count",
     "parse_bytes",
+    "parse_rate",
     "parse_budget",
     "parse_duration",
     "format_bytes",
@@ -22,21 +25,13 @@ __all__ = [
 ]
 
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
-_BYTE_SUFFIX = {
-    "": 1, "b": 1,
-    "k": 1024, "kb": 1000, "kib": 1024,
-    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
-    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
-}
-_NUM_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def _split(text: str) -> tuple[float, str]:
-    m = _NUM_RE.match(str(text))
-    if not m:
+    parts = split_quantity(str(text))
+    if parts is None:
         raise ValueError(f"not a number: {text!r}")
-    return float(m.group(1).replace("_", "")), m.group(2).lower()
+    return parts
 
 
 def parse_count(text: str | int) -> int:
@@ -59,16 +54,10 @@ def parse_count(text: str | int) -> int:
 
 
 def parse_bytes(text: str | int) -> int:
-    """Parse a byte size such as ``4096``, ``64MiB`` or ``1.5GB`` (KiB = 1024, KB = 1000).
-
-    Bare ``k``/``m``/``g`` suffixes are binary. Raises ValueError on bad input.
-    """
-    if isinstance(text, int):
-        return text
-    value, suffix = _split(text)
-    if suffix not in _BYTE_SUFFIX:
-        raise ValueError(f"unknown size suffix in {text!r} (use KiB, MiB, GiB, KB, MB, GB)")
-    return int(value * _BYTE_SUFFIX[suffix])
+    """Parse a byte size such as ``4096``, ``64MiB`` or ``1.5GB`` (KiB = 1024, KB = 1000;
+    bare ``k``/``m``/``g`` are binary): :func:`cloudtier.units.parse_size`. Raises
+    ValueError on bad input."""
+    return parse_size(text)
 
 
 def parse_budget(text: str) -> str:

@@ -42,6 +42,8 @@ import threading
 from collections.abc import Sequence
 from types import TracebackType
 
+from cloudtier.units import parse_rate
+
 __all__ = ["DelayProxy", "ProxyProfile", "PROFILES", "parse_bandwidth", "parse_hostport", "main"]
 
 _CHUNK = 64 * 1024  # bytes read per socket read; pacing granularity at a bandwidth cap
@@ -293,33 +295,9 @@ class DelayProxy:
 
 # --- parsing and the command line -------------------------------------------------------
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "kbit": 10**3 / 8,
-    "mbit": 10**6 / 8,
-    "gbit": 10**9 / 8,
-}
-
-
-def parse_bandwidth(text: str) -> float:
-    """``"100MB"`` -> 100e6 bytes/s. Units: B, KB/MB/GB (10**3...), KiB/MiB/GiB (2**10...),
-    Kbit/Mbit/Gbit (bits); case-insensitive; an optional ``/s``."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*(?:/s)?\s*", text.lower())
-    if not m or m.group(2) not in _UNITS:
-        raise ValueError(
-            f"bad bandwidth {text!r}; examples: 100MB, 12.5MiB, 1Gbit, 500000 (bytes/s)"
-        )
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
-        raise ValueError(f"bandwidth must be > 0, got {text!r}")
-    return value
+#: ``"100MB"`` -> 100e6 bytes/s: :func:`cloudtier.units.parse_rate` (B, KB/MB/GB,
+#: KiB/MiB/GiB, Kbit/Mbit/Gbit, an optional ``/s``).
+parse_bandwidth = parse_rate
 
 
 def parse_hostport(text: str) -> tuple[str, int]:

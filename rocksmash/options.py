@@ -8,9 +8,10 @@ An unknown option raises :class:`~rocksmash.errors.InvalidArgumentError` naming 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from cloudtier.units import size_parser
 
 from .errors import InvalidArgumentError
 
@@ -19,29 +20,9 @@ __all__ = ["Options", "parse_size", "COMPRESSIONS"]
 #: Compression names accepted by ``compression``; the code stored per block is the index.
 COMPRESSIONS = ("none", "lz4", "zlib", "zstd")
 
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1024, "kb": 1000, "kib": 1024,
-    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
-    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
-    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(value: int | str, name: str = "size") -> int:
-    """Return a byte count from an int or a string like ``"64MiB"``; raise on anything else."""
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{name}: expected a size, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise InvalidArgumentError(f"{name}: size must be >= 0, got {value}")
-        return value
-    if isinstance(value, str):
-        m = _SIZE_RE.match(value)
-        if m and m.group(2).lower() in _UNITS:
-            return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    raise InvalidArgumentError(f"{name}: cannot parse size {value!r} (try 4096 or '64MiB')")
+#: Sizes parse as everywhere in the project (cloudtier.units); bad ones raise
+#: InvalidArgumentError.
+parse_size = size_parser(InvalidArgumentError)
 
 
 def _size(default: int) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import cloudtier
-from cloudtier.proxy import PROFILES, DelayProxy, parse_bandwidth, parse_hostport
+from cloudtier.proxy import PROFILES, DelayProxy, parse_hostport
 from cloudtier.testing import ChildServer, free_port
 
 REPO_ROOT = Path(cloudtier.__file__).resolve().parent.parent
@@ -156,27 +156,6 @@ def test_profiles_and_overrides() -> None:
     assert DelayProxy("127.0.0.1:9", profile="s3", delay_ms=5).delay_ms == 5
     with pytest.raises(ValueError):
         DelayProxy("127.0.0.1:9", profile="wan")
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("100MB", 100e6),
-        ("100 MB/s", 100e6),
-        ("12.5MiB", 12.5 * 2**20),
-        ("1Gbit", 125e6),
-        ("500000", 500000),
-        ("2kb", 2000),
-    ],
-)
-def test_parse_bandwidth(text: str, value: float) -> None:
-    assert parse_bandwidth(text) == pytest.approx(value)
-
-
-@pytest.mark.parametrize("text", ["", "fast", "100XB", "-5MB", "0"])
-def test_parse_bandwidth_rejects(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_bandwidth(text)
 
 
 def test_parse_hostport() -> None:
