@@ -10,7 +10,7 @@ Layout (one file per concept):
 - :mod:`bench.metrics`     latency histograms, throughput over time, RSS, disk, dollars
 - :mod:`bench.trial`       one system x one workload, in a fresh process
 - :mod:`bench.isolation`   the subprocess that makes memory attributable
-- :mod:`bench.environment` object store (moto) and network emulation (delay proxy)
+- :mod:`bench.environment` object store (SeaweedFS or moto) and network emulation (delay proxy)
 - :mod:`bench.compare`     a side-by-side comparison of several systems
 - :mod:`bench.report`, :mod:`bench.plots`  table, JSON, Markdown, PNG
 - :mod:`bench.tiering`     the cloud-tier experiment (``python -m bench tiering``)

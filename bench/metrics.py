@@ -324,7 +324,3 @@ def counter_delta(after: dict[str, Any] | None, before: dict[str, Any] | None) -
         else:
             out[k] = v
     return out
-
-
-def _now() -> float:  # pragma: no cover - tiny helper for callers that want wall clock
-    return time.time()

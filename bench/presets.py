@@ -24,8 +24,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "tiered-s3": {
         "description": "the tiering comparison: YCSB A-F; 1M records; rocksmash with a 10% local "
-                       "budget and SlateDB on the same emulated S3 (moto behind a 20 ms/request "
-                       "proxy); all-local RocksDB as the reference; each run phase capped at 2 "
+                       "budget and SlateDB on the same emulated S3 (SeaweedFS, or moto where it is "
+                       "not installed, behind a 20 ms/request proxy); all-local RocksDB as the reference; each run phase capped at 2 "
                        "minutes (a read that misses every local cache costs >= 20 ms)",
         "workloads": ["a", "b", "c", "d", "e", "f"],
         "records": 1_000_000,
@@ -39,7 +39,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "demo": {
         "description": "the demo (`make demo`): YCSB A, B, C, E on 500,000 records, 300,000 "
                        "operations each; rocksmash with a 10% local table budget and its colder "
-                       "levels in S3 (moto behind a 20 ms/request proxy, started for the run) vs "
+                       "levels in S3 (SeaweedFS, or moto where it is not installed, behind a "
+                       "20 ms/request proxy, started for the run) vs "
                        "RocksDB all on local disk; each run phase capped at 30 s; about 2 "
                        "minutes on 2 cores",
         "workloads": ["a", "b", "c", "e"],

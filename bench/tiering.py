@@ -7,7 +7,8 @@ its reads cost, how much local metadata does it keep, does its compaction-aware 
 keep the hit ratio across a full compaction, and how does it compare with SlateDB on the
 same endpoint?
 
-One invocation starts the environment once (moto's S3 server behind cloudtier's
+One invocation starts the environment once (a local S3 server, SeaweedFS where
+installed, else moto, behind cloudtier's
 DelayProxy, :class:`bench.environment.Environment`) and runs each *configuration*
 (:data:`CONFIGURATIONS`) in turn, each in a fresh process (``python -m bench.tiering
 SPEC RESULT``, started by :func:`bench.isolation.run_isolated`) with a fresh data
@@ -99,6 +100,7 @@ class TieringPlan:
     delay_ms: float = 20.0
     bandwidth: float | None = None
     s3_endpoint: str | None = None
+    s3_server: str = "auto"
     max_seconds: float | None = 120.0
     timeout: float | None = None
     key_size: int = 24
@@ -469,8 +471,9 @@ def run_tiering(plan: TieringPlan, command: str = "", log: Callable[[str], None]
     data_root = Path(plan.data_dir or tempfile.gettempdir()) / "bench-data"
     data_root.mkdir(parents=True, exist_ok=True)
     with Environment("s3", delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
-                     endpoint=plan.s3_endpoint) as env:
+                     endpoint=plan.s3_endpoint, server=plan.s3_server) as env:
         doc["environment"] = env.describe()
+        log(env.one_line())
         for n, name in enumerate(plan.configurations, 1):
             log(f"[{n}/{len(plan.configurations)}] {name}: {CONFIGURATIONS[name][2]}; "
                 f"{format_count(plan.records)} records, {format_count(plan.ops)} operations per phase")

@@ -10,7 +10,7 @@ cloud blocks, keeps its default unless set with ``--opt rocksmash.cache_size=...
 plus every ``--opt rocksmash.KEY=VALUE``. An object store asked of an engine without
 the option is refused up front with a clear error, not silently dropped.
 Object-store credentials reach boto3 through the standard ``AWS_*`` environment
-variables, which the trial sets for the moto endpoint.
+variables, which the trial sets for the local endpoint (SeaweedFS or moto).
 
 ``rocksmash-local`` (:class:`RocksmashLocalRunner`) is the same engine with everything on
 local disk even when the run has an object store: it drops the trial's object store and

