@@ -154,6 +154,11 @@ class Tuning:
     recovery_timeout: float = 10.0
     #: Keys per chunk when a full copy streams a datalet's contents.
     export_chunk: int = 512
+    #: Run each shard replica's datalet calls on its own thread (datalets/worker.py), so a
+    #: slow call stalls only its shard, not the node's event loop (datalets that declare
+    #: ``blocking = False``, the in-memory one, always run on the loop). False runs every
+    #: datalet on the loop (the behaviour before; for measuring what the thread costs).
+    datalet_thread: bool = True
 
     def __post_init__(self) -> None:
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:

@@ -31,6 +31,7 @@ from bespokv.controlets.base import Controlet
 from bespokv.coordinator import Coordinator, StaticCoordinator
 from bespokv.datalets import DataletFactory, make_datalet
 from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
+from bespokv.datalets.worker import DataletWorker
 from bespokv.errors import (
     InvalidArgumentError,
     UnavailableError,
@@ -90,6 +91,8 @@ class Node:
         self.writer_id = writer_id(node_id, os.urandom(8))
         self.controlets: dict[int, Controlet] = {}
         self.datalets: dict[int, Datalet] = {}
+        #: each shard replica's datalet behind its own thread (see datalets/worker.py)
+        self.workers: dict[int, DataletWorker] = {}
         self.counters: Counter[str] = Counter()
         self.started = time.monotonic()
         self.server: grpc.aio.Server | None = None
@@ -125,12 +128,15 @@ class Node:
         for info in smap.shards_of(self.node_id):
             datalet = self._make_datalet(info.id)
             self.datalets[info.id] = datalet
+            worker = self.workers[info.id] = DataletWorker(
+                datalet, f"datalet-{self.node_id}-{info.id}", thread=self.config.tuning.datalet_thread and getattr(datalet, "blocking", True)
+            )
             ctx = ShardContext(
                 node_id=self.node_id,
                 node_number=node_number(self.node_id),
                 writer_id=self.writer_id,
                 shard=info,
-                datalet=datalet,
+                datalet=worker,
                 peers=self.peers,
                 clock=self.clock,
                 tuning=self.config.tuning,
@@ -192,9 +198,9 @@ class Node:
         for b in self._forwarders.values():
             b.close()
         await self.peers.close()
-        for d in self.datalets.values():
+        for w in self.workers.values():
             try:
-                d.close()
+                await w.close()
             except Exception as exc:  # noqa: BLE001 - best effort
                 log.warning("closing datalet: %r", exc)
         await self.coordinator.stop()
@@ -279,7 +285,7 @@ class Node:
         self.check_key(req.key)
         info = self.shard_of(req.key, req.shard if req.HasField("shard") else None)
         if req.local:
-            v = self._local(info, "local read").get_local(req.key)
+            v = await self._local(info, "local read").get_local(req.key)
         else:
             target = self._read_target(info)
             if target != self.node_id:
@@ -475,7 +481,7 @@ class Node:
         end = req.end or None
         limit = req.limit or None
         if req.local:
-            yield self._local(info, "local scan").scan_local(start, end, reverse=req.reverse, limit=limit)
+            yield await self._local(info, "local scan").scan_local(start, end, reverse=req.reverse, limit=limit)
             return
         target = self._read_target(info)
         if target == self.node_id:
@@ -526,7 +532,7 @@ class Node:
             shards=[pb.ShardEntry(id=s.id, mode=s.mode, replicas=list(s.replicas)) for s in smap.shards.values()],
         )
 
-    def node_status(self) -> pb.NodeStatus:
+    async def node_status(self) -> pb.NodeStatus:
         kinds = sorted({getattr(d, "kind", type(d).__name__) for d in self.datalets.values()})
         st = pb.NodeStatus(
             id=self.node_id,
@@ -543,7 +549,7 @@ class Node:
             for k, v in c.extra_stats().items():
                 st.counters[f"shard{sid}.{k}"] = float(v)
             try:
-                for k, v in self.datalets[sid].stats().items():
+                for k, v in (await self.workers[sid].stats()).items():
                     st.counters[f"shard{sid}.datalet.{k}"] = float(v)
             except Exception:  # noqa: BLE001 - stats are best effort
                 pass
@@ -555,7 +561,7 @@ class Node:
 
         async def one(node_id: str) -> pb.NodeStatus:
             if node_id == self.node_id:
-                return self.node_status()
+                return await self.node_status()
             try:
                 return await self.peers.admin(node_id).NodeStats(
                     pb.NodeStatsRequest(), timeout=1.5, metadata=self.peers.metadata
@@ -614,7 +620,7 @@ class _Admin:
         return self.n.shard_map_proto()
 
     async def NodeStats(self, request: pb.NodeStatsRequest, context: grpc.aio.ServicerContext) -> pb.NodeStatus:
-        return self.n.node_status()
+        return await self.n.node_status()
 
     async def ClusterStatus(
         self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext

@@ -7,8 +7,11 @@ routes each client operation to the node the controlet names (``write_target`` /
 
 Contracts shared by all controlets:
 
-* Methods run on the node's event loop; datalet calls are synchronous and never
-  interleave, so state updated in one synchronous stretch is consistent.
+* Methods run on the node's event loop. The datalet is reached through the shard's
+  :class:`~bespokv.datalets.worker.DataletWorker`: every call is awaited and runs on the
+  shard's own thread, in submission order, so a slow datalet never blocks the loop (other
+  shards, replication streams, health checks). State that must change together with a
+  datalet write is guarded by the controlet (a lock, or a function run on the worker).
 * ``write(ops)`` returns only when the write is as durable as the mode promises (see each
   module); it raises a bespokv error otherwise (UNAVAILABLE/RESOURCE_EXHAUSTED: not applied;
   DEADLINE_EXCEEDED: may or may not be applied).
@@ -28,7 +31,8 @@ from typing import Any, ClassVar
 import grpc
 
 from bespokv.config import Limits, Tuning
-from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
+from bespokv.datalets.base import RESERVED_PREFIX, Op
+from bespokv.datalets.worker import DataletWorker
 from bespokv.errors import UnsupportedError
 from bespokv.hlc import HybridClock
 from bespokv.peers import PeerPool
@@ -54,7 +58,8 @@ class ShardContext:
     #: this process's tie-breaker in versions (node id + random incarnation)
     writer_id: int
     shard: ShardInfo
-    datalet: Datalet
+    #: the replica's datalet, behind its worker thread
+    datalet: DataletWorker
     peers: PeerPool
     clock: HybridClock
     tuning: Tuning = field(default_factory=Tuning)
@@ -126,14 +131,14 @@ class Controlet(abc.ABC):
     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
         """Ordered pairs in ``[start, end)`` with the mode's consistency, in chunks."""
 
-    def get_local(self, key: bytes) -> bytes | None:
+    async def get_local(self, key: bytes) -> bytes | None:
         """This replica's own value of ``key``, no coordination (diagnostics)."""
-        return self.datalet.get(key)
+        return await self.datalet.get(key)
 
-    def scan_local(
+    async def scan_local(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:
-        return list(self.datalet.scan(start, user_end(end), reverse=reverse, limit=limit))
+        return await self.datalet.scan(start, user_end(end), reverse=reverse, limit=limit)
 
     # -- status ---------------------------------------------------------------------------
 

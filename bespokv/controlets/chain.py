@@ -124,18 +124,14 @@ class ChainControlet(MasterSlaveControlet):
 
     async def write(self, ops: list[Op]) -> None:
         self._check_head()
-        seq = self.store.append_local(ops)
+        seq = await self.store.append_local(ops)
         await self._commit(seq)
 
     async def cas(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None]:
         self._check_head()
-        current = self.datalet.get(key)
-        if current == expected:
-            seq = self.store.append_local([(key, value)])
-            await self._commit(seq)
-            return True, current
-        await self._commit(self.store.seq)
-        return False, current
+        ok, current, seq = await self.store.cas_local(key, expected, value)
+        await self._commit(seq)  # a failed CAS also waits: it must not reveal uncommitted state
+        return ok, current
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -147,11 +143,11 @@ class ChainControlet(MasterSlaveControlet):
 
     async def get(self, key: bytes) -> bytes | None:
         self._check_tail()
-        return self.datalet.get(key)
+        return await self.datalet.get(key)
 
     async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         self._check_tail()
-        return self.datalet.multi_get(keys)
+        return await self.datalet.multi_get(keys)
 
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None

@@ -130,7 +130,7 @@ class LwwControlet(VersionedControlet):
         me = self.ctx.writer_id
         latest = dict(ops)  # a batch's later op on a key wins
         entries = [(k, versioned.encode(ts, me, v)) for k, v in latest.items()]
-        self.store_if_newer(entries)
+        await self.store_if_newer(entries)
         for node, box in self._outbox.items():
             if len(box) + len(entries) > OUTBOX_LIMIT:
                 self.stats["push_dropped"] += len(entries)
@@ -142,7 +142,7 @@ class LwwControlet(VersionedControlet):
         if not self.readable:
             raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
         self._maybe_repair([key])
-        return self.get_local(key)
+        return await self.get_local(key)
 
     def _maybe_repair(self, keys: list[bytes]) -> None:
         chance = self.ctx.tuning.read_repair_chance
@@ -159,7 +159,7 @@ class LwwControlet(VersionedControlet):
     async def read_repair(self, keys: list[bytes]) -> int:
         """Bring ``keys`` up to date on every reachable replica; returns values fixed."""
         keys = list(dict.fromkeys(keys))
-        views: dict[str, list[bytes | None]] = {self.ctx.node_id: self.datalet.multi_get(keys)}
+        views: dict[str, list[bytes | None]] = {self.ctx.node_id: await self.datalet.multi_get(keys)}
         results = await asyncio.gather(
             *(self.read_from(n, keys, versions_only=False) for n in self.ctx.others), return_exceptions=True
         )
@@ -188,7 +188,7 @@ class LwwControlet(VersionedControlet):
             raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} is copying a peer's replica")
         self._maybe_repair(keys)
         out: list[bytes | None] = []
-        for enc in self.datalet.multi_get(keys):
+        for enc in await self.datalet.multi_get(keys):
             out.append(None if enc is None or enc[0] != versioned.LIVE else enc[versioned.HEADER :])
         return out
 

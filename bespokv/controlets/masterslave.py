@@ -157,7 +157,7 @@ class MasterSlaveControlet(Controlet):
         )
         progress = CatchUp(self.store.position())
         async for msg in call:
-            apply_message(self.store, msg, progress)
+            await apply_message(self.store, msg, progress)
         if progress.copy_position is not None:
             raise UnavailableError("pull ended in the middle of a copy")
 
@@ -215,7 +215,7 @@ class MasterSlaveControlet(Controlet):
                 if msg.WhichOneof("body") == "snapshot_begin":
                     self._set_synced(False)
                 try:
-                    apply_message(self.store, msg, progress)
+                    await apply_message(self.store, msg, progress)
                 except Error:
                     raise
                 except Exception as exc:  # noqa: BLE001 - datalet failure

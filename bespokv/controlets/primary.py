@@ -112,17 +112,16 @@ class PrimaryBackupControlet(MasterSlaveControlet):
         self._check_master()
         await self._wait_for_lag()
         self._check_master()
-        self._record_time(self.store.append_local(ops))
+        self._record_time(await self.store.append_local(ops))
 
     async def cas(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None]:
         self._check_master()
         await self._wait_for_lag()
         self._check_master()
-        current = self.datalet.get(key)
-        if current == expected:
-            self._record_time(self.store.append_local([(key, value)]))
-            return True, current
-        return False, current
+        ok, current, seq = await self.store.cas_local(key, expected, value)
+        if ok:
+            self._record_time(seq)
+        return ok, current
 
     def _check_readable(self) -> None:
         if not self.synced:
@@ -130,11 +129,11 @@ class PrimaryBackupControlet(MasterSlaveControlet):
 
     async def get(self, key: bytes) -> bytes | None:
         self._check_readable()
-        return self.datalet.get(key)
+        return await self.datalet.get(key)
 
     async def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         self._check_readable()
-        return self.datalet.multi_get(keys)
+        return await self.datalet.multi_get(keys)
 
     async def scan(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None

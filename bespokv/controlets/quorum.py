@@ -213,7 +213,7 @@ class QuorumControlet(VersionedControlet):
         if node == self.ctx.node_id:
             if not self.readable:
                 raise UnavailableError("recovering")
-            return list(self.datalet.scan(lo, hi, reverse=reverse, limit=SCAN_PAGE))
+            return await self.datalet.scan(lo, hi, reverse=reverse, limit=SCAN_PAGE)
         resp = await self.ctx.peers.peer(node).VersionedScan(
             pb.VersionedScanRequest(
                 shard=self.ctx.shard_id, start=lo or b"", end=hi, limit=SCAN_PAGE, reverse=reverse

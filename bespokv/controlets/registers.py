@@ -76,8 +76,12 @@ class VersionedControlet(Controlet):
 
     # -- local store ----------------------------------------------------------------------
 
-    def store_if_newer(self, entries: Sequence[tuple[bytes, bytes]]) -> int:
-        """Write each encoded value whose version beats the stored one, in one batch."""
+    async def store_if_newer(self, entries: Sequence[tuple[bytes, bytes]]) -> int:
+        """Write each encoded value whose version beats the stored one, in one batch.
+
+        The read-compare-write runs as one call on the shard's worker thread, so no other
+        write of the shard comes between the read and the write; the digests are updated
+        afterwards, shielded from cancellation (the write happens anyway)."""
         if not entries:
             return 0
         # Keep the highest version per key within the batch (the later entry on a tie).
@@ -86,8 +90,21 @@ class VersionedControlet(Controlet):
             cur = best.get(k)
             if cur is None or not versioned.newer(cur, enc):
                 best[k] = enc
+        return await asyncio.shield(asyncio.ensure_future(self._store_best(best)))
+
+    async def _store_best(self, best: dict[bytes, bytes]) -> int:
+        changes = await self.datalet.run(self._store_on_worker, best)
+        if changes:
+            self.on_stored(changes)
+        self.stats["stored"] += len(changes)
+        self.stats["stale_dropped"] += len(best) - len(changes)
+        return len(changes)
+
+    def _store_on_worker(self, best: dict[bytes, bytes]) -> list[tuple[bytes, bytes | None, bytes]]:
+        """(worker thread) Store what is newer; returns ``(key, old, new)`` per value stored."""
+        datalet = self.datalet.inner
         keys = list(best)
-        olds = self.datalet.multi_get(keys)
+        olds = datalet.multi_get(keys)
         ops: list[tuple[bytes, bytes | None]] = []
         changes: list[tuple[bytes, bytes | None, bytes]] = []
         for k, old in zip(keys, olds):
@@ -96,11 +113,8 @@ class VersionedControlet(Controlet):
                 ops.append((k, enc))
                 changes.append((k, old, enc))
         if ops:
-            self.datalet.write(ops)
-            self.on_stored(changes)
-        self.stats["stored"] += len(ops)
-        self.stats["stale_dropped"] += len(best) - len(ops)
-        return len(ops)
+            datalet.write(ops)
+        return changes
 
     def accept(self, key: bytes, enc: bytes, old: bytes | None) -> bool:
         """Whether a newer incoming value should replace ``old``: yes, except a tombstone
@@ -128,7 +142,7 @@ class VersionedControlet(Controlet):
         """Delete tombstones older than the grace period; returns how many."""
         now_ms = time.time_ns() // 1_000_000
         dead: list[tuple[bytes, bytes]] = []
-        for chunk in self.datalet.export(4096):
+        async for chunk in self.datalet.export(4096):
             for k, enc in chunk:
                 if not k.startswith(RESERVED_PREFIX) and self.expired(enc, now_ms):
                     dead.append((k, enc))
@@ -137,17 +151,24 @@ class VersionedControlet(Controlet):
         ok = await self.confirm_collectable(dead)
         self.stats["tombstones_kept"] += len(dead) - sum(ok)
         dead = [d for d, yes in zip(dead, ok) if yes]
-        # Re-read in the same synchronous stretch as the delete: only drop what is unchanged.
-        current = self.datalet.multi_get([k for k, _ in dead])
-        ops: list[tuple[bytes, bytes | None]] = []
-        for (k, enc), cur in zip(dead, current):
-            if cur == enc:
-                ops.append((k, None))
-                self.digests[bucket_of(k)] ^= digest_of(k, enc)
-        if ops:
-            self.datalet.write(ops)
-        self.stats["tombstones_collected"] += len(ops)
-        return len(ops)
+        dropped = await asyncio.shield(asyncio.ensure_future(self._drop_unchanged(dead)))
+        self.stats["tombstones_collected"] += len(dropped)
+        return len(dropped)
+
+    async def _drop_unchanged(self, dead: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        def drop() -> list[tuple[bytes, bytes]]:
+            # (worker thread) Re-read in the same call as the delete: drop only what is unchanged.
+            datalet = self.datalet.inner
+            current = datalet.multi_get([k for k, _ in dead])
+            gone = [(k, enc) for (k, enc), cur in zip(dead, current) if cur == enc]
+            if gone:
+                datalet.write([(k, None) for k, _ in gone])
+            return gone
+
+        gone = await self.datalet.run(drop)
+        for k, enc in gone:
+            self.digests[bucket_of(k)] ^= digest_of(k, enc)
+        return gone
 
     async def collector_loop(self) -> None:
         period = max(0.5, min(self.ctx.tuning.tombstone_grace / 2, 60.0))
@@ -170,8 +191,9 @@ class VersionedControlet(Controlet):
             d[b] ^= digest_of(k, new)
 
     def _rebuild_digests(self) -> None:
+        """At construction, before the worker has any call: read the datalet directly."""
         d = [0] * DIGEST_BUCKETS
-        for chunk in self.datalet.export(4096):
+        for chunk in self.datalet.inner.export(4096):
             for k, enc in chunk:
                 if not k.startswith(RESERVED_PREFIX):
                     d[bucket_of(k)] ^= digest_of(k, enc)
@@ -196,12 +218,11 @@ class VersionedControlet(Controlet):
         changed = await self.pull_export(node, differing)
         wanted = set(differing)
         ours: list[tuple[bytes, bytes]] = []
-        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+        async for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
             ours.extend((k, v) for k, v in chunk if not k.startswith(RESERVED_PREFIX) and bucket_of(k) in wanted)
             if len(ours) >= 2048:
                 await self.write_to(node, ours)
                 ours = []
-            await asyncio.sleep(0)
         if ours:
             await self.write_to(node, ours)
         self.stats["ae_repaired"] += changed
@@ -231,20 +252,24 @@ class VersionedControlet(Controlet):
                 out.append((k, enc[versioned.HEADER :]))
         return out
 
-    def get_local(self, key: bytes) -> bytes | None:
-        enc = self.datalet.get(key)
+    async def get_local(self, key: bytes) -> bytes | None:
+        enc = await self.datalet.get(key)
         return None if enc is None else versioned.decode(enc)[1]
 
-    def scan_local(
+    async def scan_local(
         self, start: bytes | None, end: bytes | None, *, reverse: bool, limit: int | None
     ) -> list[tuple[bytes, bytes]]:
-        out: list[tuple[bytes, bytes]] = []
-        for k, enc in self.datalet.scan(start, user_end(end), reverse=reverse):
-            if enc[0] == versioned.LIVE:
-                out.append((k, enc[versioned.HEADER :]))
-                if limit is not None and len(out) >= limit:
-                    break
-        return out
+        def live() -> list[tuple[bytes, bytes]]:
+            # (worker thread) one call: tombstones are skipped, so the page size is unknown
+            out: list[tuple[bytes, bytes]] = []
+            for k, enc in self.datalet.inner.scan(start, user_end(end), reverse=reverse):
+                if enc[0] == versioned.LIVE:
+                    out.append((k, enc[versioned.HEADER :]))
+                    if limit is not None and len(out) >= limit:
+                        break
+            return out
+
+        return await self.datalet.run(live)
 
     # -- batched peer calls ---------------------------------------------------------------
 
@@ -290,7 +315,7 @@ class VersionedControlet(Controlet):
         if node == self.ctx.node_id:
             if not self.readable:
                 raise UnavailableError(f"{node} is recovering")
-            return self.datalet.multi_get(keys)
+            return await self.datalet.multi_get(keys)
         try:
             vals = await self._reader(node, versions_only).submit(keys)
         except Exception as exc:  # noqa: BLE001 - mapped
@@ -299,7 +324,7 @@ class VersionedControlet(Controlet):
 
     async def write_to(self, node: str, entries: list[tuple[bytes, bytes]]) -> None:
         if node == self.ctx.node_id:
-            self.store_if_newer(entries)
+            await self.store_if_newer(entries)
             return
         try:
             await self._writer(node).submit(entries)
@@ -356,7 +381,7 @@ class VersionedControlet(Controlet):
     async def on_versioned_read(self, request: pb.VersionedReadRequest) -> pb.VersionedReadResponse:
         if not self.readable:
             raise UnavailableError(f"{self.ctx.node_id} is recovering its replica of shard {self.ctx.shard_id}")
-        vals = self.datalet.multi_get(list(request.keys))
+        vals = await self.datalet.multi_get(list(request.keys))
         out = []
         for v in vals:
             if v is None:
@@ -372,7 +397,7 @@ class VersionedControlet(Controlet):
                 raise UnavailableError("versioned write with a reserved or empty key")
             versioned.decode(enc)  # raises CorruptionError on a malformed value
         self.observe(entries)
-        return pb.VersionedWriteResponse(applied=self.store_if_newer(entries))
+        return pb.VersionedWriteResponse(applied=await self.store_if_newer(entries))
 
     def observe(self, entries: list[tuple[bytes, bytes]]) -> None:
         """Hook: versions seen from peers (LWW advances its clock)."""
@@ -381,12 +406,12 @@ class VersionedControlet(Controlet):
         if not self.readable:
             raise UnavailableError(f"{self.ctx.node_id} is recovering its replica of shard {self.ctx.shard_id}")
         end = user_end(request.end or None)
-        pairs = self.datalet.scan(request.start or None, end, reverse=request.reverse, limit=request.limit or None)
+        pairs = await self.datalet.scan(request.start or None, end, reverse=request.reverse, limit=request.limit or None)
         return pb.VersionedScanResponse(pairs=[pb.KeyValue(key=k, value=v) for k, v in pairs])
 
     async def on_export(self, request: pb.ExportRequest) -> AsyncIterator[pb.ExportChunk]:
         buckets = set(request.buckets)
-        for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+        async for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
             pairs = [
                 pb.KeyValue(key=k, value=v)
                 for k, v in chunk
@@ -394,7 +419,6 @@ class VersionedControlet(Controlet):
             ]
             if pairs:
                 yield pb.ExportChunk(pairs=pairs)
-            await asyncio.sleep(0)
 
     async def pull_export(self, node: str, buckets: Sequence[int] = ()) -> int:
         """Merge ``node``'s replica (or some of its digest buckets) into ours."""
@@ -407,7 +431,7 @@ class VersionedControlet(Controlet):
         async for chunk in call:
             entries = [(kv.key, kv.value) for kv in chunk.pairs]
             self.observe(entries)
-            n += self.store_if_newer(entries)
+            n += await self.store_if_newer(entries)
         return n
 
     def close_batchers(self) -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from bespokv.controlets.base import user_end
-from bespokv.datalets.base import Datalet
+from bespokv.datalets.worker import DataletWorker
 
 __all__ = ["local_scan_chunks", "PAGE"]
 
@@ -14,7 +13,7 @@ PAGE = 256
 
 
 async def local_scan_chunks(
-    datalet: Datalet,
+    datalet: DataletWorker,
     start: bytes | None,
     end: bytes | None,
     *,
@@ -23,14 +22,14 @@ async def local_scan_chunks(
     transform: Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]] | None = None,
     page: int = PAGE,
 ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
-    """User pairs of ``[start, end)`` in pages; each page is read in one synchronous call,
+    """User pairs of ``[start, end)`` in pages; each page is read in one datalet call,
     and the scan re-seeks after every page (writes may land between pages).
     ``transform`` may drop or rewrite pairs of a page (e.g. tombstones)."""
     end = user_end(end)
     remaining = limit
     lo, hi = start, end
     while remaining is None or remaining > 0:
-        raw = list(datalet.scan(lo, hi, reverse=reverse, limit=page))
+        raw = await datalet.scan(lo, hi, reverse=reverse, limit=page)
         if not raw:
             return
         out = transform(raw) if transform else raw
@@ -46,4 +45,3 @@ async def local_scan_chunks(
             hi = raw[-1][0]
         else:
             lo = raw[-1][0] + b"\x00"
-        await asyncio.sleep(0)

@@ -28,13 +28,14 @@ import logging
 import os
 import struct
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 import grpc
 
 from bespokv.config import Tuning
-from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
+from bespokv.datalets.base import RESERVED_PREFIX, Op
+from bespokv.datalets.worker import DataletWorker
 from bespokv.errors import CorruptionError, WrongShardError
 from bespokv.peers import PeerPool
 from bespokv.proto import bespokv_pb2 as pb
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Where a replica's position lives in its datalet (frozen).
 POSITION_KEY = RESERVED_PREFIX + b"bespokv/position"
@@ -165,22 +167,30 @@ class ReplicationLog:
 
 
 class ReplicatedStore:
-    """A datalet plus its replication position and log (one shard replica)."""
+    """A datalet plus its replication position and log (one shard replica).
 
-    def __init__(self, datalet: Datalet, tuning: Tuning) -> None:
+    Every change of the datalet and the in-memory position/log that describes it happens
+    under :attr:`lock`, in a task shielded from cancellation: the datalet call runs on the
+    worker thread and cannot be interrupted, so a cancelled caller (a client that gave up)
+    must not leave the datalet ahead of ``seq`` and the log. Reads take no lock.
+    """
+
+    def __init__(self, datalet: DataletWorker, tuning: Tuning) -> None:
         self.datalet = datalet
         self.tuning = tuning
         self.history = b""
         self.seq = 0
         self.generation = 0
         self.log = ReplicationLog(tuning.log_retain_entries)
+        self.lock = asyncio.Lock()
         self._changed = asyncio.Event()
         self.load()
 
     # -- position -------------------------------------------------------------------------
 
     def load(self) -> None:
-        raw = self.datalet.get(POSITION_KEY)
+        """Read the stored position; at construction, before the worker has any call."""
+        raw = self.datalet.inner.get(POSITION_KEY)
         if raw is not None:
             self.history, self.seq = _decode_position(raw)
         self.log.reset(self.seq)
@@ -195,21 +205,46 @@ class ReplicatedStore:
     async def wait_change(self) -> None:
         await self._changed.wait()
 
+    async def _locked(self, coro: Coroutine[Any, Any, T]) -> T:
+        async def run() -> T:
+            async with self.lock:
+                return await coro
+
+        return await asyncio.shield(asyncio.ensure_future(run()))
+
     # -- writes ---------------------------------------------------------------------------
 
-    def append_local(self, ops: list[Op]) -> int:
+    async def append_local(self, ops: list[Op]) -> int:
         """Head/master: number ``ops``, apply them with the new position, log them."""
+        return await self._locked(self._append(ops))
+
+    async def cas_local(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None, int]:
+        """Head/master: compare and set atomically with every other write of the shard;
+        returns ``(succeeded, value before, seq to wait for)``."""
+
+        async def cas() -> tuple[bool, bytes | None, int]:
+            current = await self.datalet.get(key)
+            if current != expected:
+                return False, current, self.seq
+            return True, current, await self._append([(key, value)])
+
+        return await self._locked(cas())
+
+    async def _append(self, ops: list[Op]) -> int:
         if not self.history:
             self.history = os.urandom(16)
         seq = self.seq + 1
-        self.datalet.write([*ops, (POSITION_KEY, _encode_position(self.history, seq))])
+        await self.datalet.write([*ops, (POSITION_KEY, _encode_position(self.history, seq))])
         self.seq = seq
         self.log.append(seq, ops)
         self._notify()
         return seq
 
-    def apply_entries(self, entries: Iterable[pb.ReplEntry]) -> int:
+    async def apply_entries(self, entries: Iterable[pb.ReplEntry]) -> int:
         """Downstream: apply entries after our seq in one datalet batch; returns how many."""
+        return await self._locked(self._apply_entries(list(entries)))
+
+    async def _apply_entries(self, entries: list[pb.ReplEntry]) -> int:
         todo: list[tuple[int, list[Op]]] = []
         expect = self.seq + 1
         for e in entries:
@@ -227,33 +262,40 @@ class ReplicatedStore:
             ops = [op for _, batch in todo for op in batch]
         last = todo[-1][0]
         ops.append((POSITION_KEY, _encode_position(self.history, last)))
-        self.datalet.write(ops)
+        await self.datalet.write(ops)
         for seq, batch in todo:
             self.log.append(seq, batch)
         self.seq = last
         self._notify()
         return len(todo)
 
-    def begin_copy(self) -> None:
+    async def begin_copy(self) -> None:
         """A full copy starts: forget the position first (a crash now restarts the copy)."""
-        self.datalet.write([(POSITION_KEY, None)])
-        self.datalet.clear()
-        self.history, self.seq = b"", 0
-        self.log.reset(0)
-        self.generation += 1
-        self._notify()
 
-    def copy_chunk(self, pairs: Iterable[pb.KeyValue]) -> None:
+        async def begin() -> None:
+            await self.datalet.write([(POSITION_KEY, None)])
+            self.history, self.seq = b"", 0
+            self.log.reset(0)
+            self.generation += 1
+            await self.datalet.clear()
+            self._notify()
+
+        await self._locked(begin())
+
+    async def copy_chunk(self, pairs: Iterable[pb.KeyValue]) -> None:
         ops: list[Op] = [(kv.key, kv.value) for kv in pairs if not kv.key.startswith(RESERVED_PREFIX)]
         if ops:
-            self.datalet.write(ops)
+            await self._locked(self.datalet.write(ops))
 
-    def finish_copy(self, position: pb.Position) -> None:
-        self.datalet.write([(POSITION_KEY, _encode_position(position.history, position.seq))])
-        self.history, self.seq = position.history, position.seq
-        self.log.reset(self.seq)
-        self.generation += 1
-        self._notify()
+    async def finish_copy(self, position: pb.Position) -> None:
+        async def finish() -> None:
+            await self.datalet.write([(POSITION_KEY, _encode_position(position.history, position.seq))])
+            self.history, self.seq = position.history, position.seq
+            self.log.reset(self.seq)
+            self.generation += 1
+            self._notify()
+
+        await self._locked(finish())
 
     def adopt_history(self, history: bytes) -> None:
         """Keep the data, take a new history id (a head that found no better replica)."""
@@ -293,7 +335,7 @@ async def feed(
             yield pb.ReplMessage(
                 shard=shard, snapshot_begin=pb.SnapshotBegin(position=pb.Position(history=store.history, seq=s0))
             )
-            for pairs in store.datalet.export(chunk):
+            async for pairs in store.datalet.export(chunk):
                 if store.generation != gen:
                     raise Restart("store reset during a copy")
                 kvs = [pb.KeyValue(key=k, value=v) for k, v in pairs if not k.startswith(RESERVED_PREFIX)]
@@ -330,13 +372,13 @@ class CatchUp:
         return self.copy_position is None and store.history == self.history and store.seq >= self.seq
 
 
-def apply_message(store: ReplicatedStore, msg: pb.ReplMessage, progress: CatchUp) -> None:
+async def apply_message(store: ReplicatedStore, msg: pb.ReplMessage, progress: CatchUp) -> None:
     """Apply one replication message to ``store`` (downstream side)."""
     kind = msg.WhichOneof("body")
     if kind == "entries":
-        store.apply_entries(msg.entries.entries)
+        await store.apply_entries(msg.entries.entries)
     elif kind == "snapshot_begin":
-        store.begin_copy()
+        await store.begin_copy()
         pos = msg.snapshot_begin.position
         progress.copy_position = pos
         progress.history = pos.history
@@ -344,11 +386,11 @@ def apply_message(store: ReplicatedStore, msg: pb.ReplMessage, progress: CatchUp
     elif kind == "snapshot_chunk":
         if progress.copy_position is None:
             raise WrongShardError("snapshot chunk outside a copy")
-        store.copy_chunk(msg.snapshot_chunk.pairs)
+        await store.copy_chunk(msg.snapshot_chunk.pairs)
     elif kind == "snapshot_end":
         if progress.copy_position is None:
             raise WrongShardError("snapshot_end without snapshot_begin")
-        store.finish_copy(progress.copy_position)
+        await store.finish_copy(progress.copy_position)
         progress.seq = max(progress.seq, msg.snapshot_end.consistent_at)
         progress.copy_position = None
     else:

@@ -1,10 +1,12 @@
 """The datalet protocol: what a single-server store must offer to be served by bespokv.
 
-A datalet is one ordered key-value store holding one replica of one shard. Controlets
-call it from the node's event-loop thread, one call at a time (never concurrently), so a
-datalet needs no locking of its own; each call should be quick (micro- to milliseconds),
-because the node serves nothing else while it runs. Batch methods exist so a controlet can
-pay one call per replicated batch, not per key.
+A datalet is one ordered key-value store holding one replica of one shard. The node calls
+it one call at a time (never concurrently), so a datalet needs no locking of its own. A
+datalet that may block (disk, fsync, network: ``blocking = True``, the default) is called
+on its shard replica's own thread (``worker.py``), so a slow call stalls only that shard;
+one whose calls are quick and CPU-only (an in-memory map: ``blocking = False``) is called
+on the node's event loop, where a thread would only add its hop. Batch methods exist so a
+controlet can pay one call per replicated batch, not per key.
 
 Keys and values are ``bytes``. Keys are non-empty. Keys starting with ``b"\\xff\\xff"`` are
 reserved for controlet metadata (replication positions); they are stored like any other
@@ -77,6 +79,9 @@ class Datalet(abc.ABC):
     kind: str = "custom"
     #: True when data survives a restart of the node process.
     persistent: bool = False
+    #: True when a call may block (disk, fsync, network): the node then runs the calls on
+    #: a thread of the shard's own. False only for quick, CPU-only stores.
+    blocking: bool = True
 
     @abc.abstractmethod
     def get(self, key: bytes) -> bytes | None:
@@ -155,6 +160,7 @@ class DataletAdapter(Datalet):
         self.inner = inner
         self.kind = getattr(inner, "kind", type(inner).__name__)
         self.persistent = bool(getattr(inner, "persistent", False))
+        self.blocking = bool(getattr(inner, "blocking", True))
 
     def get(self, key: bytes) -> bytes | None:
         return self.inner.get(key)

@@ -20,6 +20,7 @@ __all__ = ["MemoryDatalet"]
 class MemoryDatalet(Datalet):
     kind = "memory"
     persistent = False
+    blocking = False  # a sorted dict in this process: a thread hop would cost more than the call
 
     def __init__(self, feed_entries: int = 10_000) -> None:
         self._d: SortedDict = SortedDict()

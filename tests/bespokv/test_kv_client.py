@@ -130,7 +130,7 @@ def test_any_node_serves_any_key(mode):
         if mode.startswith("ms"):
             r = stubs[3].CompareAndSet(pb.CasRequest(key=b"f2", expected=b"2", value=b"two"))
             assert r.succeeded and r.current == b"2"
-        stats = [n.node_status() for n in tc.nodes.values()]
+        stats = [tc.call(n.node_status()) for n in tc.nodes.values()]
         assert sum(s.counters["forwarded"] for s in stats) > 0
 
 
@@ -150,5 +150,5 @@ def test_each_shard_names_its_controlet(tmp_path):
         assert c.get_many(keys) == keys
         assert {smap.shard_for(k) for k in keys} == {0, 1, 2, 3}
         assert [k for k, _ in c.scan(b"mixed", b"mixee")] == keys
-        modes = {s.mode for n in tc.nodes.values() for s in n.node_status().shards}
+        modes = {s.mode for n in tc.nodes.values() for s in tc.call(n.node_status()).shards}
         assert modes == {"ms-sc", "ms-ec", "aa-sc", "aa-ec"}
