@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

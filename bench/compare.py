@@ -22,7 +22,7 @@ from typing import Any, Callable
 from bench import metrics
 from bench.environment import Environment
 from bench.isolation import PROJECT_ROOT, run_isolated
-from bench.report import SCHEMA
+from bench.results import SCHEMA
 from bench.runners import REGISTRY, RunnerConfig, availability
 from bench.units import format_bytes, format_count, format_us, parse_bytes
 from bench.workloads import CORE_WORKLOADS, StreamConfig

@@ -17,7 +17,7 @@ import datetime as _dt
 from typing import Any
 
 from bench.costs import render_costs
-from bench.report import comparison_rows
+from bench.results import comparison_rows, total_requests
 from bench.units import format_bytes, format_count, format_ratio
 
 __all__ = ["HELP", "demo_argv", "summary"]
@@ -49,10 +49,6 @@ def demo_argv(extra: list[str]) -> list[str]:
     return argv
 
 
-def _sum_requests(counts: dict[str, int] | None) -> int:
-    return sum(v for k, v in (counts or {}).items() if k in ("get", "put", "list", "head", "delete", "other"))
-
-
 def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
     """What the demo compared, what each system kept where, and where the outputs are."""
     cfg = doc.get("config") or {}
@@ -70,7 +66,7 @@ def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
                            for r in rows if r["system"] == s)
         local = [(t.get("disk") or {}).get("after_run", {}).get("allocated") for t in trials]
         stored = [(t.get("object_store_usage") or {}).get("bytes") for t in trials]
-        run_req = sum(_sum_requests((t.get("object_store_requests") or {}).get("run")) for t in trials)
+        run_req = sum(total_requests((t.get("object_store_requests") or {}).get("run")) or 0 for t in trials)
         where = "everything on local disk"
         if s.startswith("rocksmash") and s != "rocksmash-local" and store:
             where = (f"local table budget {cfg.get('local_budget')}, colder levels in S3 ({store}, "

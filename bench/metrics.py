@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import resource
 import threading
-import time
 from pathlib import Path
 from typing import Any
 

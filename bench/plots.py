@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.metrics import cdf_from_encoded  # noqa: E402
-from bench.report import comparison_rows, group_trials, merged_latency, representative  # noqa: E402
+from bench.results import comparison_rows, group_trials, merged_latency, representative  # noqa: E402
 from bench.workloads import OP_NAMES  # noqa: E402
 
 __all__ = ["write_plots"]

@@ -1,32 +1,23 @@
 """Reports of a YCSB comparison: terminal table, JSON, Markdown (plots: :mod:`bench.plots`).
 
-Everything here reads one *results document* (the JSON written by the CLI)::
+Everything here renders one *results document* (the JSON written by the CLI), read
+through :mod:`bench.results`::
 
     {"schema": "bench.ycsb/1", "created": ..., "command": ..., "machine": {...},
      "config": {...}, "environment": {...}, "baseline": "rocksdb",
      "systems": [...], "workloads": [...], "trials": [<bench.trial result>, ...]}
 
-Repetitions (``--repeat``): a (workload, system) pair may have several trials. A row then
-shows the median of each metric over the repetitions, latency percentiles from all of
-their histograms added together, and the throughput spread; a pair with any failed
-repetition is reported as failed.
-
-Ratios: every row is compared with the baseline system's row of the same workload.
-``x base`` = this system's value / the baseline's. For throughput higher is better; for
-latency, memory, disk, requests and dollars lower is better. A ratio is ``-`` when
-either side is missing, failed, or zero.
+Repetitions and ratios are explained in :mod:`bench.results`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-from statistics import median
-
-from bench.metrics import merge_encoded
+from bench.results import (SCHEMA, comparison_rows, get_path, group_trials, merge_counts,
+                           merged_latency, ratio, representative, total_requests)
 from bench.units import format_bytes, format_count, format_ratio, format_us
 from bench.workloads import CORE_WORKLOADS, OP_NAMES
 
@@ -43,150 +34,6 @@ __all__ = [
     "load_json",
     "write_reports",
 ]
-
-SCHEMA = "bench.ycsb/1"
-
-
-def ratio(value: float | None, base: float | None) -> float | None:
-    """``value / base``, or None when either is missing/NaN or ``base`` is zero."""
-    if value is None or base is None:
-        return None
-    if isinstance(value, float) and math.isnan(value) or isinstance(base, float) and math.isnan(base):
-        return None
-    if base == 0:
-        return None
-    return value / base
-
-
-def _get(d: Any, *path: str) -> Any:
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return None
-        d = d[p]
-    return d
-
-
-def _peak_rss(trial: dict[str, Any]) -> int | None:
-    rss = trial.get("rss") or {}
-    candidates = [rss.get("tree_peak"), rss.get("peak_self")]
-    vals = [v for v in candidates if isinstance(v, int) and v > 0]
-    return max(vals) if vals else None
-
-
-def _requests(counts: dict[str, int] | None) -> int | None:
-    if not counts:
-        return None
-    return sum(v for k, v in counts.items() if k in ("get", "put", "list", "head", "delete", "other"))
-
-
-def _merge_counts(*parts: dict[str, int] | None) -> dict[str, int] | None:
-    out: dict[str, int] = {}
-    for part in parts:
-        for k, v in (part or {}).items():
-            out[k] = out.get(k, 0) + int(v)
-    return out or None
-
-
-def _metrics(trial: dict[str, Any]) -> dict[str, Any]:
-    """The comparable numbers of one trial (None where not measured)."""
-    ok = trial.get("status") == "ok"
-    run_counts = _get(trial, "object_store_requests", "run")
-    total_counts = _merge_counts(_get(trial, "object_store_requests", "load"), run_counts)
-    return {
-        "ok": ok,
-        "load_tput": _get(trial, "load", "throughput") if ok else None,
-        "tput": _get(trial, "run", "throughput") if ok else None,
-        "p50": _get(trial, "run", "latency", "all", "p50_us") if ok else None,
-        "p99": _get(trial, "run", "latency", "all", "p99_us") if ok else None,
-        "p999": _get(trial, "run", "latency", "all", "p999_us") if ok else None,
-        "rss": _peak_rss(trial),
-        "disk": _get(trial, "disk", "after_run", "allocated"),
-        "stored": _get(trial, "object_store_usage", "bytes"),
-        "requests": _get(trial, "proxy", "requests") if trial.get("proxy") else _requests(total_counts),
-        "run_requests": _requests(run_counts),
-        "usd": _get(trial, "dollars", "requests_usd"),
-        "not_found": _get(trial, "run", "not_found"),
-    }
-
-
-def group_trials(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """(workload, system) -> its trials (one per repetition), in run order."""
-    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for t in doc.get("trials", []):
-        out.setdefault((t["workload"], t["system"]), []).append(t)
-    return out
-
-
-def representative(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The successful trial with the median run throughput (None if none succeeded)."""
-    ok = sorted((t for t in trials if t.get("status") == "ok"),
-                key=lambda t: _get(t, "run", "throughput") or 0.0)
-    return ok[(len(ok) - 1) // 2] if ok else None
-
-
-def merged_latency(trials: list[dict[str, Any]], op: str = "all") -> dict[str, Any] | None:
-    """Run-phase latency of one operation type over every successful trial given."""
-    enc = [e for t in trials if t.get("status") == "ok"
-           for e in [_get(t, "run", "latency", op, "hdr")] if e]
-    if not enc:
-        return None
-    if len(enc) == 1:
-        return _get(next(t for t in trials if _get(t, "run", "latency", op, "hdr") == enc[0]),
-                    "run", "latency", op)
-    return merge_encoded(enc)
-
-
-def _group_metrics(trials: list[dict[str, Any]]) -> dict[str, Any]:
-    per = [_metrics(t) for t in trials]
-    out: dict[str, Any]
-    if not all(m["ok"] for m in per):
-        failed = next(t for t in trials if t.get("status") != "ok")
-        out = {k: None for k in per[0]}
-        out.update(ok=False, repeats=len(trials), status=failed.get("status") or "failed",
-                   error=failed.get("error"))
-        return out
-    out = {}
-    for key in per[0]:
-        vals = [m[key] for m in per if isinstance(m[key], (int, float)) and not isinstance(m[key], bool)]
-        out[key] = median(vals) if vals else None
-    out["ok"] = True
-    lat = merged_latency(trials) or {}
-    out["p50"], out["p99"], out["p999"] = lat.get("p50_us"), lat.get("p99_us"), lat.get("p999_us")
-    tputs = [m["tput"] for m in per if m["tput"] is not None]
-    out["repeats"] = len(trials)
-    out["tput_min"] = min(tputs) if tputs else None
-    out["tput_max"] = max(tputs) if tputs else None
-    out["tput_spread"] = ((max(tputs) - min(tputs)) / 2 / median(tputs)
-                          if len(tputs) > 1 and median(tputs) else None)
-    out["status"], out["error"] = "ok", None
-    return out
-
-
-def comparison_rows(doc: dict[str, Any], baseline: str | None = None) -> list[dict[str, Any]]:
-    """One row per (workload, system), in the document's order, with ratio columns.
-
-    Each row has the metrics of :func:`_metrics` (medians over repetitions), ``repeats``,
-    ``tput_min``/``tput_max``/``tput_spread`` (half the range over the median), and
-    ``<metric>_ratio`` for ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``,
-    ``stored``, ``requests``, ``usd``, and ``is_baseline``.
-    """
-    base_name = str(baseline or doc.get("baseline"))
-    groups = group_trials(doc)
-    workloads = doc.get("workloads") or sorted({w for w, _ in groups})
-    systems = doc.get("systems") or sorted({s for _, s in groups})
-    rows = []
-    for w in workloads:
-        base = _group_metrics(groups[(w, base_name)]) if (w, base_name) in groups else {}
-        for s in systems:
-            if (w, s) not in groups:
-                continue
-            m = _group_metrics(groups[(w, s)])
-            row: dict[str, Any] = {"workload": w, "system": s, "is_baseline": s == base_name, **m}
-            for key in ("load_tput", "tput", "p50", "p99", "rss", "disk", "stored", "requests", "usd"):
-                row[f"{key}_ratio"] = ratio(m.get(key), base.get(key))
-            rows.append(row)
-    return rows
-
 
 _COLUMNS: list[tuple[str, str, Any]] = [
     ("workload", "wl", lambda r: r["workload"].upper()),
@@ -299,15 +146,15 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
             t["workload"].upper(), _label(t),
             _cpu(t), format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
             format_bytes(rss.get("tree_peak")),
-            format_bytes(_get(disk, "after_load", "allocated")),
-            format_bytes(_get(disk, "after_run", "allocated")),
-            format_bytes(_get(disk, "after_run", "apparent")),
-            format_count(_get(t, "object_store_usage", "objects")),
-            format_bytes(_get(t, "object_store_usage", "bytes")),
-            format_count(_get(t, "proxy", "requests")),
-            json.dumps(_get(t, "object_store_requests", "run")) if _get(t, "object_store_requests", "run") else "-",
-            "-" if _get(t, "dollars", "requests_usd") is None else f"{t['dollars']['requests_usd']:.5f}",
-            "-" if _get(t, "dollars", "storage_usd_per_month") is None
+            format_bytes(get_path(disk, "after_load", "allocated")),
+            format_bytes(get_path(disk, "after_run", "allocated")),
+            format_bytes(get_path(disk, "after_run", "apparent")),
+            format_count(get_path(t, "object_store_usage", "objects")),
+            format_bytes(get_path(t, "object_store_usage", "bytes")),
+            format_count(get_path(t, "proxy", "requests")),
+            json.dumps(get_path(t, "object_store_requests", "run")) if get_path(t, "object_store_requests", "run") else "-",
+            "-" if get_path(t, "dollars", "requests_usd") is None else f"{t['dollars']['requests_usd']:.5f}",
+            "-" if get_path(t, "dollars", "storage_usd_per_month") is None
             else f"{t['dollars']['storage_usd_per_month']:.5f}",
         ])
     return ["## Resources", "",
@@ -363,20 +210,20 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
         t = {**t, "system": _label(t)}
         if t.get("status") != "ok":
             notes.append(f"- {t['workload'].upper()} / {t['system']}: FAILED\n\n```\n{(t.get('error') or '').strip()[-3000:]}\n```")
-        elif _get(t, "run", "not_found"):
+        elif get_path(t, "run", "not_found"):
             notes.append(f"- {t['workload'].upper()} / {t['system']}: {t['run']['not_found']} reads found no value")
-        if _get(t, "run", "stopped_early"):
+        if get_path(t, "run", "stopped_early"):
             notes.append(f"- {t['workload'].upper()} / {t['system']}: stopped at the time limit after "
                          f"{t['run']['items']} operations")
-        own = _requests(_merge_counts(_get(t, "object_store_requests", "load"),
-                                      _get(t, "object_store_requests", "run")))
-        seen = _get(t, "proxy", "requests")
+        own = total_requests(merge_counts(get_path(t, "object_store_requests", "load"),
+                                      get_path(t, "object_store_requests", "run")))
+        seen = get_path(t, "proxy", "requests")
         if own is not None and seen and abs(own - seen) > 0.1 * seen + 5:
             notes.append(f"- {t['workload'].upper()} / {t['system']}: the system counted {own:,} "
                          f"object-store requests, the proxy saw {seen:,}; its own counts (and the "
                          f"dollar estimate made from them) are off")
-        counts = _merge_counts(_get(t, "object_store_requests", "load"), _get(t, "object_store_requests", "run")) or {}
-        up = _get(t, "proxy", "bytes_up")
+        counts = merge_counts(get_path(t, "object_store_requests", "load"), get_path(t, "object_store_requests", "run")) or {}
+        up = get_path(t, "proxy", "bytes_up")
         if "bytes_written" in counts and up and seen:
             payload = up - 1000 * seen  # allow ~1 KB of HTTP headers per request
             if payload > 0 and counts["bytes_written"] < 0.5 * payload:

@@ -47,7 +47,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -55,10 +54,12 @@ from typing import Any, Callable
 import numpy as np
 
 from bench import metrics
+from bench.child import apply_env, child_main, progress, rss_now, run_session
 from bench.compare import git_info, machine_info, resolve_budget
+from bench.driver import Session
 from bench.environment import Environment
 from bench.records import ValuePool
-from bench.runners import RunnerConfig, runner_class
+from bench.runners import RunnerConfig
 from bench.runners.base import ObjectStoreTarget
 from bench.units import format_bytes, format_count, format_us
 from bench.workloads import CORE_WORKLOADS, StreamConfig
@@ -132,10 +133,6 @@ class TieringPlan:
         if not 0 <= self.rewrite <= 1:
             raise ValueError(f"rewrite must be a share in [0, 1], got {self.rewrite}")
 
-    @property
-    def raw_bytes(self) -> int:
-        return self.records * (self.key_size + self.value_size)
-
     def cache_bytes(self) -> int:
         """The DataCache size in bytes (``10%`` is of the raw data)."""
         return int(resolve_budget(self.cache_size, self.records, self.key_size, self.value_size) or 0)
@@ -168,30 +165,15 @@ Probe = Callable[[], "dict[str, int] | None"]
 
 
 def _counters(runner: Any, probe: Probe) -> dict[str, int | None]:
-    """The cumulative counters a phase is measured by (None: the system has no such thing)."""
+    """The cumulative counters a phase is measured by (None: the system has no such thing):
+    the runner's own read-path counters (``Runner.tier_counters``), all its object-store
+    requests, and the requests the proxy carried."""
     st = runner.stats()
-    raw = st.raw or {}
     store = st.object_store or {}
     out: dict[str, int | None] = {
-        "gets": store.get("get", 0),
         "requests": sum(v for k, v in store.items() if k in ("get", "put", "list", "head", "delete", "other")),
-        "dc_hits": None, "dc_misses": None, "bc_hits": None, "bc_misses": None, "fills": None,
+        **runner.tier_counters(st),
     }
-    if isinstance(raw.get("block_cache"), dict):  # rocksmash
-        out["bc_hits"], out["bc_misses"] = raw["block_cache"]["hits"], raw["block_cache"]["misses"]
-        dc = (raw.get("cloud") or {}).get("data_cache")
-        if dc:
-            out["dc_hits"], out["dc_misses"] = dc["hits"], dc["misses"]
-            out["fills"] = raw.get("cache_fills_by_compaction", 0)
-    elif "data_block" in st.caches:  # slatedb: its block cache, and its on-disk part cache
-        out["bc_hits"], out["bc_misses"] = st.caches["data_block"]
-        hit = raw.get("slatedb.object_store_cache.part_hit_count")
-        access = raw.get("slatedb.object_store_cache.part_access_count")
-        if hit is not None and access is not None:
-            out["dc_hits"], out["dc_misses"] = hit, access - hit
-            # SlateDB counts its GETs above its on-disk cache: a GET answered from a cached
-            # part never reaches the network (the proxy confirms it), so it is not counted.
-            out["gets"] = max(0, (out["gets"] or 0) - hit)
     proxy = probe()
     out["proxy_requests"] = proxy["requests"] if proxy else None
     return out
@@ -238,26 +220,9 @@ def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _shape(runner: Any, data_dir: Path) -> dict[str, Any]:
-    """Where the bytes are: local vs cloud tables, MetaCache, caches, the data directory."""
-    raw = runner.stats().raw or {}
-    out: dict[str, Any] = {"local_disk": metrics.disk_usage(data_dir)["allocated"]}
-    if "table_bytes" in raw:  # rocksmash
-        cloud = raw.get("cloud") or {}
-        out.update(table_bytes=raw["table_bytes"],
-                   local_table_bytes=cloud.get("local_table_bytes", raw["table_bytes"]),
-                   cloud_table_bytes=cloud.get("cloud_table_bytes", 0),
-                   cloud_tables=cloud.get("cloud_tables", 0),
-                   first_cloud_level=cloud.get("first_cloud_level"),
-                   meta_cache_bytes=cloud.get("meta_cache_bytes"),
-                   meta_bytes_pct_of_cloud=cloud.get("meta_bytes_pct_of_cloud"),
-                   data_cache_bytes=(cloud.get("data_cache") or {}).get("bytes"),
-                   block_cache_used=(raw.get("block_cache") or {}).get("used"),
-                   levels=[[lv["level"], lv["files"], lv["bytes"]] for lv in raw.get("levels", []) if lv["files"]])
-    else:
-        cache = raw.get("slatedb.object_store_cache.cache_bytes")
-        if cache is not None:
-            out["disk_cache_bytes"] = cache
-    return out
+    """Where the bytes are: the data directory, and what the runner reports
+    (``Runner.tier_shape``: local vs cloud tables, MetaCache, caches)."""
+    return {"local_disk": metrics.disk_usage(data_dir)["allocated"], **runner.tier_shape(runner.stats())}
 
 
 def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
@@ -266,11 +231,7 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
     ``spec``: ``{"name", "system", "runner": RunnerConfig dict, "plan": TieringPlan dict,
     "env": {...}}``. ``probe()`` returns the proxy's cumulative counters (or None).
     """
-    for k, v in (spec.get("env") or {}).items():
-        os.environ[k] = str(v)
-    from bench.driver import Session
-    from bench.trial import _progress_bar as _progress, metrics_safe
-
+    apply_env(spec)
     plan = spec["plan"]
     name, system = spec["name"], spec["system"]
     rcfg = RunnerConfig.from_dict(spec["runner"])
@@ -283,21 +244,11 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
     res: dict[str, Any] = {"name": name, "system": system, "status": "ok", "error": None,
                            "phases": [], "compactions": [], "shape": {}, "timing": {},
                            "stream": {"workload": workloads[0]}}
-    session = None
-    try:
-        res["rss"] = {"baseline": _rss()}
-        rcfg.data_dir.mkdir(parents=True, exist_ok=True)
-        session = Session(runner_class(system)(rcfg))
-        t = time.perf_counter()
-        session.open()
-        res["timing"]["open_s"] = time.perf_counter() - t
-        res["describe"] = metrics_safe(session.runner.describe)
+
+    def measure(session: Session) -> None:
         base = stream(workloads[0], seed, ops)
-        update, close = _progress(show, records, f"{name} load", "rec")
-        try:
+        with progress(show, records, f"{name} load", "rec") as update:
             load = session.load(base, _BATCH, update)
-        finally:
-            close()
         res["load"] = {"items": load.items, "seconds": load.seconds, "throughput": load.items / load.seconds}
         t = time.perf_counter()
         res["settle"] = session.settle("compact")
@@ -306,13 +257,10 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
 
         warm = int(plan["warmup_ops"])
         if warm:
-            update, close = _progress(show, warm, f"{name} warm-up", "op")
-            try:
-                before = _counters(session.runner, probe)
+            before = _counters(session.runner, probe)
+            with progress(show, warm, f"{name} warm-up", "op") as update:
                 w = session.run(stream(workloads[0], phase_seed(seed, 0, "warmup"), warm), "warmup",
                                 max_seconds=max_s, progress=update)
-            finally:
-                close()
             summary = metrics.summarize_phase(w)
             res["warmup"] = derived(summary, _delta(_counters(session.runner, probe), before))
 
@@ -322,33 +270,17 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
                     res["compactions"].append(_rewrite_and_compact(session, plan, i, wl, probe))
                     res["shape"][f"after_compaction_{wl}"] = _shape(session.runner, rcfg.data_dir)
                 cfg = stream(wl, phase_seed(seed, i, phase), ops)
-                update, close = _progress(show, ops, f"{name} {wl.upper()} {phase}", "op")
-                try:
-                    before = _counters(session.runner, probe)
+                before = _counters(session.runner, probe)
+                with progress(show, ops, f"{name} {wl.upper()} {phase}", "op") as update:
                     rec = session.run(cfg, phase, max_seconds=max_s, progress=update)
-                finally:
-                    close()
                 summary = metrics.summarize_phase(rec)
                 d = _delta(_counters(session.runner, probe), before)
                 res["phases"].append({"workload": wl, "phase": phase, "summary": summary,
                                       "counters": d, **derived(summary, d)})
         res["shape"]["end"] = _shape(session.runner, rcfg.data_dir)
-        res["rss"]["before_close"] = _rss()
-    except BaseException as e:  # report, don't crash: the other configurations still run
-        res["status"] = "failed"
-        res["error"] = "".join(traceback.format_exception(e)).strip()
-    finally:
-        if session is not None:
-            t = time.perf_counter()
-            try:
-                session.close()
-            except BaseException as e:
-                if res["status"] == "ok":
-                    res["status"], res["error"] = "failed", "close failed: " + repr(e)
-            res["timing"]["close_s"] = time.perf_counter() - t
-        res.setdefault("rss", {}).update({f"peak_{k}": v for k, v in metrics.self_peak_rss().items()})
-        res["cpu_seconds"] = metrics.cpu_seconds()
-    return res
+        res["rss"]["before_close"] = rss_now()
+
+    return run_session(system, rcfg, res, measure)
 
 
 def _rewrite_and_compact(session: Any, plan: dict[str, Any], index: int, workload: str,
@@ -375,14 +307,6 @@ def _rewrite_and_compact(session: Any, plan: dict[str, Any], index: int, workloa
     return {"workload": workload, "rewritten": n, "rewrite_s": t1 - t0, "compact_s": t2 - t1,
             "what": what, "object_store_requests": d.get("requests"), "gets": d.get("gets"),
             "proxy_requests": d.get("proxy_requests"), "cache_fills": d.get("fills")}
-
-
-def _rss() -> int:
-    try:
-        import psutil
-        return int(psutil.Process().memory_info().rss)
-    except Exception:
-        return 0
 
 
 def _pipe_probe(fds: list[int]) -> Probe:
@@ -535,21 +459,15 @@ def _one_line(r: dict[str, Any]) -> str:
     return "; ".join(parts) + f"; peak RSS {format_bytes(rss)}"
 
 
+def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    fds = spec.get("probe_fds")
+    return run_configuration(spec, _pipe_probe(fds) if fds else (lambda: None))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Child entry: ``python -m bench.tiering SPEC.json RESULT.json`` (the CLI is
     ``python -m bench tiering``)."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m bench.tiering SPEC.json RESULT.json  (run the experiment with "
-              "`python -m bench tiering`)", file=sys.stderr)
-        return 2
-    spec = json.loads(Path(args[0]).read_text())
-    fds = spec.get("probe_fds")
-    result = run_configuration(spec, _pipe_probe(fds) if fds else (lambda: None))
-    tmp = args[1] + ".tmp"
-    Path(tmp).write_text(json.dumps(result))
-    os.replace(tmp, args[1])
-    return 0 if result["status"] == "ok" else 1
+    return child_main(argv, "bench.tiering", _run_child)
 
 
 if __name__ == "__main__":

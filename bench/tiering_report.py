@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report import ratio
+from bench.results import ratio
 from bench.units import format_bytes, format_count, format_ratio, format_us
 
 __all__ = ["GOALS", "phase_rows", "goal_rows", "format_small_ratio", "render_tables", "render_markdown",

@@ -139,6 +139,23 @@ class _Common:
         """The effective configuration and version, for the report (JSON-safe)."""
         return {}
 
+    # What the tiering experiment (bench.tiering) reads from a system's statistics. Each
+    # runner knows its own system's keys; the experiment never guesses from them.
+
+    def tier_counters(self, stats: RunnerStats) -> dict[str, int | None]:
+        """Cumulative read-path counters from ``stats``: ``gets`` (object-store GETs that
+        reached the network), ``bc_hits``/``bc_misses`` (in-memory block cache),
+        ``dc_hits``/``dc_misses`` (on-disk cache of object-store data) and ``fills``
+        (blocks a compaction wrote into that cache); None where the system has no such
+        thing."""
+        return {"gets": (stats.object_store or {}).get("get", 0), "dc_hits": None,
+                "dc_misses": None, "bc_hits": None, "bc_misses": None, "fills": None}
+
+    def tier_shape(self, stats: RunnerStats) -> dict[str, Any]:
+        """Where the system keeps its bytes (tables local and in the object store, its
+        metadata and caches), from ``stats``; JSON-safe, empty if it cannot tell."""
+        return {}
+
 
 class Runner(_Common, ABC):
     """A system driven by client threads. Operations must be thread-safe."""

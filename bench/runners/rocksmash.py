@@ -119,6 +119,35 @@ class RocksmashRunner(Runner):
         return RunnerStats(object_store=object_store_counts(raw), caches=cache_pairs(flatten(raw)),
                            raw=json_safe(raw))
 
+    def tier_counters(self, stats: RunnerStats) -> dict[str, int | None]:
+        out = super().tier_counters(stats)
+        raw = stats.raw or {}
+        block_cache = raw.get("block_cache")
+        if isinstance(block_cache, dict):
+            out["bc_hits"], out["bc_misses"] = block_cache["hits"], block_cache["misses"]
+        dc = (raw.get("cloud") or {}).get("data_cache")
+        if dc:
+            out["dc_hits"], out["dc_misses"] = dc["hits"], dc["misses"]
+            out["fills"] = raw.get("cache_fills_by_compaction", 0)
+        return out
+
+    def tier_shape(self, stats: RunnerStats) -> dict[str, Any]:
+        raw = stats.raw or {}
+        if "table_bytes" not in raw:
+            return {}
+        cloud = raw.get("cloud") or {}
+        return {"table_bytes": raw["table_bytes"],
+                "local_table_bytes": cloud.get("local_table_bytes", raw["table_bytes"]),
+                "cloud_table_bytes": cloud.get("cloud_table_bytes", 0),
+                "cloud_tables": cloud.get("cloud_tables", 0),
+                "first_cloud_level": cloud.get("first_cloud_level"),
+                "meta_cache_bytes": cloud.get("meta_cache_bytes"),
+                "meta_bytes_pct_of_cloud": cloud.get("meta_bytes_pct_of_cloud"),
+                "data_cache_bytes": (cloud.get("data_cache") or {}).get("bytes"),
+                "block_cache_used": (raw.get("block_cache") or {}).get("used"),
+                "levels": [[lv["level"], lv["files"], lv["bytes"]]
+                           for lv in raw.get("levels", []) if lv["files"]]}
+
     def describe(self) -> dict[str, Any]:
         import importlib.metadata as md
 

@@ -138,6 +138,25 @@ class SlateDBRunner(AsyncRunner):
         return RunnerStats(object_store=store or None,
                            caches={k: (v[0], v[1]) for k, v in caches.items()}, raw=raw)
 
+    def tier_counters(self, stats: RunnerStats) -> dict[str, int | None]:
+        out = super().tier_counters(stats)
+        raw = stats.raw or {}
+        if "data_block" in stats.caches:  # its in-memory block cache
+            out["bc_hits"], out["bc_misses"] = stats.caches["data_block"]
+        # Its on-disk cache of object-store parts.
+        hit = raw.get("slatedb.object_store_cache.part_hit_count")
+        access = raw.get("slatedb.object_store_cache.part_access_count")
+        if hit is not None and access is not None:
+            out["dc_hits"], out["dc_misses"] = hit, access - hit
+            # SlateDB counts its GETs above its on-disk cache: a GET answered from a cached
+            # part never reaches the network (the proxy confirms it), so it is not counted.
+            out["gets"] = max(0, (out["gets"] or 0) - hit)
+        return out
+
+    def tier_shape(self, stats: RunnerStats) -> dict[str, Any]:
+        cache = (stats.raw or {}).get("slatedb.object_store_cache.cache_bytes")
+        return {} if cache is None else {"disk_cache_bytes": cache}
+
     def describe(self) -> dict[str, Any]:
         return self._describe
 

@@ -139,7 +139,7 @@ def test_report_ratios_and_goals_from_a_synthetic_document() -> None:
 
 @pytest.mark.server
 @pytest.mark.skipif(not ROCKSMASH or not availability("slatedb")[0], reason="rocksmash or slatedb missing")
-def test_tiering_end_to_end_on_moto(tmp_path: Path, capsys) -> None:
+def test_tiering_end_to_end_on_the_local_s3_server(tmp_path: Path, capsys) -> None:
     pytest.importorskip("cloudtier.testing")
     out = tmp_path / "out"
     argv = ["tiering", "--records", "1500", "--ops", "300", "--warmup-ops", "100", "--workload", "c",

@@ -1,0 +1,177 @@
+"""The results document of a YCSB comparison, read: trials grouped per (workload,
+system), repetitions merged, and the comparison rows with their ratios to the baseline.
+
+:mod:`bench.report` renders these rows (table, Markdown) and :mod:`bench.plots` draws
+them; both import from here, neither from the other. The document::
+
+    {"schema": "bench.ycsb/1", "created": ..., "command": ..., "machine": {...},
+     "config": {...}, "environment": {...}, "baseline": "rocksdb",
+     "systems": [...], "workloads": [...], "trials": [<bench.trial result>, ...]}
+
+Repetitions (``--repeat``): a (workload, system) pair may have several trials. A row then
+shows the median of each metric over the repetitions, latency percentiles from all of
+their histograms added together, and the throughput spread; a pair with any failed
+repetition is reported as failed.
+
+Ratios: every row is compared with the baseline system's row of the same workload.
+``x base`` = this system's value / the baseline's. For throughput higher is better; for
+latency, memory, disk, requests and dollars lower is better. A ratio is ``-`` when
+either side is missing, failed, or zero.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+from typing import Any
+
+from bench.metrics import merge_encoded
+
+__all__ = ["SCHEMA", "ratio", "comparison_rows", "group_trials", "representative", "merged_latency",
+           "get_path", "merge_counts", "total_requests"]
+
+SCHEMA = "bench.ycsb/1"
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    """``value / base``, or None when either is missing/NaN or ``base`` is zero."""
+    if value is None or base is None:
+        return None
+    if isinstance(value, float) and math.isnan(value) or isinstance(base, float) and math.isnan(base):
+        return None
+    if base == 0:
+        return None
+    return value / base
+
+
+def get_path(d: Any, *path: str) -> Any:
+    """``d[path[0]][path[1]]...``, or None where a step is missing."""
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def _peak_rss(trial: dict[str, Any]) -> int | None:
+    rss = trial.get("rss") or {}
+    candidates = [rss.get("tree_peak"), rss.get("peak_self")]
+    vals = [v for v in candidates if isinstance(v, int) and v > 0]
+    return max(vals) if vals else None
+
+
+def total_requests(counts: dict[str, int] | None) -> int | None:
+    """All object-store requests in a per-kind count (bytes entries left out); None if none."""
+    if not counts:
+        return None
+    return sum(v for k, v in counts.items() if k in ("get", "put", "list", "head", "delete", "other"))
+
+
+def merge_counts(*parts: dict[str, int] | None) -> dict[str, int] | None:
+    """Per-key sums of several counts (None when all are empty)."""
+    out: dict[str, int] = {}
+    for part in parts:
+        for k, v in (part or {}).items():
+            out[k] = out.get(k, 0) + int(v)
+    return out or None
+
+
+def _metrics(trial: dict[str, Any]) -> dict[str, Any]:
+    """The comparable numbers of one trial (None where not measured)."""
+    ok = trial.get("status") == "ok"
+    run_counts = get_path(trial, "object_store_requests", "run")
+    total_counts = merge_counts(get_path(trial, "object_store_requests", "load"), run_counts)
+    return {
+        "ok": ok,
+        "load_tput": get_path(trial, "load", "throughput") if ok else None,
+        "tput": get_path(trial, "run", "throughput") if ok else None,
+        "p50": get_path(trial, "run", "latency", "all", "p50_us") if ok else None,
+        "p99": get_path(trial, "run", "latency", "all", "p99_us") if ok else None,
+        "p999": get_path(trial, "run", "latency", "all", "p999_us") if ok else None,
+        "rss": _peak_rss(trial),
+        "disk": get_path(trial, "disk", "after_run", "allocated"),
+        "stored": get_path(trial, "object_store_usage", "bytes"),
+        "requests": get_path(trial, "proxy", "requests") if trial.get("proxy") else total_requests(total_counts),
+        "run_requests": total_requests(run_counts),
+        "usd": get_path(trial, "dollars", "requests_usd"),
+        "not_found": get_path(trial, "run", "not_found"),
+    }
+
+
+def group_trials(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """(workload, system) -> its trials (one per repetition), in run order."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for t in doc.get("trials", []):
+        out.setdefault((t["workload"], t["system"]), []).append(t)
+    return out
+
+
+def representative(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The successful trial with the median run throughput (None if none succeeded)."""
+    ok = sorted((t for t in trials if t.get("status") == "ok"),
+                key=lambda t: get_path(t, "run", "throughput") or 0.0)
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
+def merged_latency(trials: list[dict[str, Any]], op: str = "all") -> dict[str, Any] | None:
+    """Run-phase latency of one operation type over every successful trial given."""
+    enc = [e for t in trials if t.get("status") == "ok"
+           for e in [get_path(t, "run", "latency", op, "hdr")] if e]
+    if not enc:
+        return None
+    if len(enc) == 1:
+        return get_path(next(t for t in trials if get_path(t, "run", "latency", op, "hdr") == enc[0]),
+                    "run", "latency", op)
+    return merge_encoded(enc)
+
+
+def _group_metrics(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    per = [_metrics(t) for t in trials]
+    out: dict[str, Any]
+    if not all(m["ok"] for m in per):
+        failed = next(t for t in trials if t.get("status") != "ok")
+        out = {k: None for k in per[0]}
+        out.update(ok=False, repeats=len(trials), status=failed.get("status") or "failed",
+                   error=failed.get("error"))
+        return out
+    out = {}
+    for key in per[0]:
+        vals = [m[key] for m in per if isinstance(m[key], (int, float)) and not isinstance(m[key], bool)]
+        out[key] = median(vals) if vals else None
+    out["ok"] = True
+    lat = merged_latency(trials) or {}
+    out["p50"], out["p99"], out["p999"] = lat.get("p50_us"), lat.get("p99_us"), lat.get("p999_us")
+    tputs = [m["tput"] for m in per if m["tput"] is not None]
+    out["repeats"] = len(trials)
+    out["tput_min"] = min(tputs) if tputs else None
+    out["tput_max"] = max(tputs) if tputs else None
+    out["tput_spread"] = ((max(tputs) - min(tputs)) / 2 / median(tputs)
+                          if len(tputs) > 1 and median(tputs) else None)
+    out["status"], out["error"] = "ok", None
+    return out
+
+
+def comparison_rows(doc: dict[str, Any], baseline: str | None = None) -> list[dict[str, Any]]:
+    """One row per (workload, system), in the document's order, with ratio columns.
+
+    Each row has the metrics of :func:`_metrics` (medians over repetitions), ``repeats``,
+    ``tput_min``/``tput_max``/``tput_spread`` (half the range over the median), and
+    ``<metric>_ratio`` for ``load_tput``, ``tput``, ``p50``, ``p99``, ``rss``, ``disk``,
+    ``stored``, ``requests``, ``usd``, and ``is_baseline``.
+    """
+    base_name = str(baseline or doc.get("baseline"))
+    groups = group_trials(doc)
+    workloads = doc.get("workloads") or sorted({w for w, _ in groups})
+    systems = doc.get("systems") or sorted({s for _, s in groups})
+    rows = []
+    for w in workloads:
+        base = _group_metrics(groups[(w, base_name)]) if (w, base_name) in groups else {}
+        for s in systems:
+            if (w, s) not in groups:
+                continue
+            m = _group_metrics(groups[(w, s)])
+            row: dict[str, Any] = {"workload": w, "system": s, "is_baseline": s == base_name, **m}
+            for key in ("load_tput", "tput", "p50", "p99", "rss", "disk", "stored", "requests", "usd"):
+                row[f"{key}_ratio"] = ratio(m.get(key), base.get(key))
+            rows.append(row)
+    return rows
