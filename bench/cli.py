@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,demo,systems,presets,report} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -455,6 +455,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "demo":
         return _cmd_demo(argv)
+    if argv and argv[0] == "checkpoint":  # the DCP checkpoint store; its own options
+        from bench.checkpoint import main as checkpoint_main
+
+        return checkpoint_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "ycsb":
         return _cmd_ycsb(args, argv)

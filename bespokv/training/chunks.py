@@ -58,7 +58,7 @@ def pin_and_upload(kv: KV, objects: ObjectStore, ns: bytes, digest: str, data: A
         else:
             new = ChunkRecord(rec.token, LIVE, rec.uploaded, rec.size, rec.holders + (save_id,))
         new_raw = new.encode()
-        if new_raw == raw or kv.cas(key, raw, new_raw):
+        if new_raw == raw or kv.cas(key, raw, new_raw, durable=False):  # the commit syncs it
             break
     if new.uploaded:
         return new.token, False
@@ -77,7 +77,7 @@ def _mark_uploaded(kv: KV, key: bytes, token: str) -> None:
         if rec.token != token or rec.uploaded:
             return
         done = ChunkRecord(rec.token, rec.state, True, rec.size, rec.holders)
-        if kv.cas(key, raw, done.encode()):
+        if kv.cas(key, raw, done.encode(), durable=False):
             return
 
 

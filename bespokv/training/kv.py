@@ -12,7 +12,12 @@ and :class:`MemoryKV` for unit tests. :func:`as_kv` wraps whichever it is given.
 
 Contracts: keys and values are ``bytes``; ``cas(key, expected, new)`` atomically sets
 ``key`` to ``new`` (``None``: delete) if its current value is ``expected`` (``None``:
-absent) and returns whether it did. Every atomic step the checkpoint store takes is one
+absent) and returns whether it did. ``durable=False`` on ``put``/``cas`` lets a store
+acknowledge before the write reaches stable storage, provided a later durable write makes
+every earlier one durable too (rocksmash's WAL: a synced write syncs all before it). The
+saver's per-chunk writes use it; the commit and every GC step are durable.
+
+Every atomic step the checkpoint store takes is one
 ``cas`` on one key, so a sharded service (atomic per shard only) gives the same guarantees
 as the embedded engine.
 """
@@ -34,11 +39,11 @@ class KV(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
-    def put(self, key: bytes, value: bytes) -> None: ...
+    def put(self, key: bytes, value: bytes, *, durable: bool = True) -> None: ...
 
     def delete(self, key: bytes) -> None: ...
 
-    def cas(self, key: bytes, expected: bytes | None, new: bytes | None) -> bool: ...
+    def cas(self, key: bytes, expected: bytes | None, new: bytes | None, *, durable: bool = True) -> bool: ...
 
     def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
 
@@ -64,7 +69,7 @@ class MemoryKV:
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: bytes, *, durable: bool = True) -> None:
         with self._lock:
             self._data[bytes(key)] = bytes(value)
 
@@ -72,7 +77,7 @@ class MemoryKV:
         with self._lock:
             self._data.pop(key, None)
 
-    def cas(self, key: bytes, expected: bytes | None, new: bytes | None) -> bool:
+    def cas(self, key: bytes, expected: bytes | None, new: bytes | None, *, durable: bool = True) -> bool:
         with self._lock:
             if self._data.get(key) != expected:
                 return False
@@ -94,8 +99,10 @@ class RocksmashKV:
     rocksmash has no compare-and-set, and needs none here: a DB is open in one process only
     (a second opener gets ``LockedError``), so a lock held around ``get`` + ``put`` makes
     ``cas`` atomic against every other writer *through this adapter*. Do not write the
-    ``prefix`` keys through the DB directly while an adapter is in use. Puts are synced
-    (``sync=True``) so a committed checkpoint survives a machine crash.
+    ``prefix`` keys through the DB directly while an adapter is in use. Durable writes are
+    synced (with ``sync=True``, the default) so a committed checkpoint survives a machine
+    crash; ``durable=False`` writes go to the WAL unsynced and are synced by the next
+    durable one.
     """
 
     def __init__(self, db: Any, *, sync: bool = True) -> None:
@@ -106,22 +113,23 @@ class RocksmashKV:
     def get(self, key: bytes) -> bytes | None:
         return self.db.get(key)
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def put(self, key: bytes, value: bytes, *, durable: bool = True) -> None:
         with self._lock:
-            self.db.put(key, value, sync=self._sync)
+            self.db.put(key, value, sync=self._sync and durable)
 
     def delete(self, key: bytes) -> None:
         with self._lock:
             self.db.delete(key, sync=self._sync)
 
-    def cas(self, key: bytes, expected: bytes | None, new: bytes | None) -> bool:
+    def cas(self, key: bytes, expected: bytes | None, new: bytes | None, *, durable: bool = True) -> bool:
+        sync = self._sync and durable
         with self._lock:
             if self.db.get(key) != expected:
                 return False
             if new is None:
-                self.db.delete(key, sync=self._sync)
+                self.db.delete(key, sync=sync)
             else:
-                self.db.put(key, new, sync=self._sync)
+                self.db.put(key, new, sync=sync)
             return True
 
     def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -138,13 +146,13 @@ class BespokvKV:
     def get(self, key: bytes) -> bytes | None:
         return self.client.get(key)
 
-    def put(self, key: bytes, value: bytes) -> None:
-        self.client.put(key, value)
+    def put(self, key: bytes, value: bytes, *, durable: bool = True) -> None:
+        self.client.put(key, value)  # acknowledged by the replication mode's rule either way
 
     def delete(self, key: bytes) -> None:
         self.client.delete(key)
 
-    def cas(self, key: bytes, expected: bytes | None, new: bytes | None) -> bool:
+    def cas(self, key: bytes, expected: bytes | None, new: bytes | None, *, durable: bool = True) -> bool:
         return bool(self.client.cas(key, expected, new).succeeded)
 
     def scan_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -152,7 +152,7 @@ class CheckpointStore:
             raise CommitFailedError(f"the pending record of save {save_id} for {checkpoint_id!r} is gone")
         parts = [metadata[i:i + METADATA_PART] for i in range(0, len(metadata), METADATA_PART)] or [b""]
         for i, part in enumerate(parts):
-            self.kv.put(metadata_key(self.ns, save_id, i), part)
+            self.kv.put(metadata_key(self.ns, save_id, i), part, durable=False)  # the CAS below syncs
         done = dataclasses.replace(
             rec, state=COMMITTED, committed=self.clock(), bytes=stats.bytes,
             new_bytes=stats.new_bytes, dedup_bytes=stats.dedup_bytes, chunks=stats.chunks,

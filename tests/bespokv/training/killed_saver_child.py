@@ -38,10 +38,10 @@ class KillAtUpload(cloudtier.StoreWrapper):
 
 
 class KillAtCommit(RocksmashKV):
-    def cas(self, key, expected, new):
+    def cas(self, key, expected, new, **kw):
         if new is not None and b'"state":"committed"' in new:
             die()
-        return super().cas(key, expected, new)
+        return super().cas(key, expected, new, **kw)
 
 
 def main() -> None:

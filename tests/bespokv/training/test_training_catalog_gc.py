@@ -174,9 +174,9 @@ def test_concurrent_saves_deletes_and_gc_never_lose_a_committed_chunk(tmp_path):
             time.sleep(rng.random() * 1e-4)
             return super().get(key)
 
-        def cas(self, key, expected, new):
+        def cas(self, key, expected, new, **kw):
             time.sleep(rng.random() * 1e-4)
-            return super().cas(key, expected, new)
+            return super().cas(key, expected, new, **kw)
 
     store = CheckpointStore(JitteryKV(), cloudtier.open_store("memory://"), chunk_size=4096, threads=3)
     torch.manual_seed(7)

@@ -1,0 +1,53 @@
+"""The fsspec/s3fs peer of ``python -m bench checkpoint``, run in its own virtualenv.
+
+s3fs pins aiobotocore, which pins a botocore older than the boto3 this project needs, so
+the peer cannot share the project's venv; ``bench.checkpoint`` builds one with torch
+(the same 2.13.0) and s3fs and runs this script there::
+
+    python checkpoint_fsspec.py JSON_ARGS     # prints one JSON line of results
+
+It imports only torch, s3fs and ``checkpoint_state.py`` (next to it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter  # noqa: E402
+
+from checkpoint_state import empty_like_state, make_state, same_state, state_bytes  # noqa: E402
+
+warnings.simplefilter("ignore")
+
+
+def main() -> None:
+    a = json.loads(sys.argv[1])
+    sd = make_state(a["bytes"], a["tensors"], a["seed"])
+    fs = {"key": a["access_key"], "secret": a["secret_key"],
+          "client_kwargs": {"endpoint_url": a["endpoint_url"], "region_name": a["region"]}}
+    out = []
+    for trial in range(a["repeat"]):
+        path = f"s3://{a['bucket']}/fsspec-{os.getpid()}-{trial}"
+        t0 = time.perf_counter()
+        dcp.save(sd, storage_writer=FsspecWriter(path, thread_count=a["threads"], **fs))
+        save_s = time.perf_counter() - t0
+        back = empty_like_state(sd)
+        t0 = time.perf_counter()
+        dcp.load(back, storage_reader=FsspecReader(path, **fs))
+        load_s = time.perf_counter() - t0
+        if not same_state(sd, back):
+            raise SystemExit("fsspec peer: a tensor did not round-trip")
+        out.append({"save_s": save_s, "load_s": load_s})
+    print(json.dumps({"bytes": state_bytes(sd), "trials": out, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""`python -m bench checkpoint` runs end to end on a tiny state (no S3, no fsspec peer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch", reason="the training extra (torch==2.13.0) is not installed")
+
+
+def test_checkpoint_bench_smoke(tmp_path):
+    from bench.checkpoint import main
+
+    assert main(["--size", "2MiB", "--tensors", "10", "--repeat", "1", "--rounds", "3", "--s3", "none",
+                 "--skip-fsspec", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res["throughput"]) == {"fs-local", "kv-file"}
+    first, second, third = res["dedup"]
+    # everything once (the Adam step scalars are equal: one chunk), plus the pickled param_groups
+    assert res["state_bytes"] - 4096 < first["uploaded_bytes"] < res["state_bytes"] + 8192
+    # 10% of the tensors (one parameter and its Adam state) change per round
+    assert second["uploaded_bytes"] == third["uploaded_bytes"] == pytest.approx(res["state_bytes"] / 10, rel=0.01)
+    assert "TensorTable" in (tmp_path / "report.md").read_text()
