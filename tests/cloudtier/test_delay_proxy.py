@@ -109,6 +109,19 @@ def test_large_requests_pass_intact_with_one_delay_each() -> None:
     assert stats["requests"] == len(payloads)
 
 
+def test_stats_already_count_what_a_client_has_received(echo_server: tuple[str, int]) -> None:
+    # The counters are bumped before a chunk is forwarded (issue 9: they were bumped after,
+    # so a client could hold a reply that stats() did not count yet). Many tiny round trips:
+    # each is a chance for the reader to look in that window.
+    with DelayProxy(echo_server) as proxy:
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            for i in range(300):
+                msg = b"%06d" % i
+                assert exchange(sock, msg) == msg
+                stats = proxy.stats()
+                assert stats["bytes_up"] == stats["bytes_down"] == 6 * (i + 1), (i, stats)
+
+
 def test_echoed_bytes_are_intact(echo_server: tuple[str, int]) -> None:
     payload = os.urandom(2**20)
     with DelayProxy(echo_server) as proxy:
