@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from cloudtier_testutil import PAGE_SIZE, StoreFactory
@@ -273,6 +274,15 @@ def test_second_store_on_same_location_sees_writes_and_conditions(make_store: St
 # --- threads ------------------------------------------------------------------------
 
 
+def _run_threads(target: Callable[[int], None], n: int) -> None:
+    """Run ``target(0) .. target(n - 1)`` on n threads at once; wait for all."""
+    pool = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+
+
 def test_concurrent_puts_gets_and_lists_from_threads(store: ObjectStore) -> None:
     threads, per_thread = 4, 12
     errors: list[BaseException] = []
@@ -289,11 +299,7 @@ def test_concurrent_puts_gets_and_lists_from_threads(store: ObjectStore) -> None
         except BaseException as e:  # surfaced below: assertion errors in threads are lost
             errors.append(e)
 
-    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-    for th in pool:
-        th.start()
-    for th in pool:
-        th.join()
+    _run_threads(worker, threads)
     assert not errors, errors
     assert len(list(store.list())) == threads * per_thread
 
@@ -318,11 +324,7 @@ def test_racing_if_none_match_has_exactly_one_winner(
             except PreconditionFailedError:
                 pass
 
-        pool = [threading.Thread(target=contender, args=(n,)) for n in range(contenders)]
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
+        _run_threads(contender, contenders)
         assert len(winners) == 1, f"round {r}: winners {winners}"
         assert stores[0].get(f"leader-{r}") == str(winners[0]).encode()
 
@@ -348,11 +350,7 @@ def test_racing_if_match_increments_lose_no_update(
             except PreconditionFailedError:
                 continue
 
-    pool = [threading.Thread(target=incrementer, args=(n,)) for n in range(threads)]
-    for th in pool:
-        th.start()
-    for th in pool:
-        th.join()
+    _run_threads(incrementer, threads)
     assert int(stores[0].get("counter")) == threads * increments
 
 
