@@ -8,7 +8,7 @@ Loads work with any world size (DCP reshards: each ReadItem names a stored item 
 offsets and lengths of the part it needs). Only committed checkpoints can be read; a
 pending or deleted one raises ``CheckpointNotFoundError``. Chunks are fetched ``threads``
 at a time, in windows of about ``WINDOW_BYTES`` so memory stays bounded, each checked
-against its size and (``store.verify``) its SHA-256.
+against its size and (``store.verify``) its XXH3-64 checksum.
 """
 
 from __future__ import annotations
@@ -116,9 +116,10 @@ class KVStorageReader(StorageReader):
         store = self.store
         futs = []
         offset = 0
-        for digest, token, size in loc["chunks"]:
-            def copy(off: int = offset, d: str = digest, t: str = token, n: int = size) -> None:
-                flat[off:off + n] = read_chunk(store.objects, d, t, n, verify=store.verify)
+        for digest, token, size, *check in loc["chunks"]:
+            def copy(off: int = offset, d: str = digest, t: str = token, n: int = size,
+                     c: str | None = check[0] if check else None) -> None:
+                flat[off:off + n] = read_chunk(store.objects, d, t, n, c, verify=store.verify)
             futs.append(pool.submit(copy))
             offset += size
         return target, futs

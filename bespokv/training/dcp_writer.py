@@ -13,7 +13,8 @@ What each DCP step does here (torch 2.13's StorageWriter sequence):
   made contiguous) are cut into ``chunk_size`` pieces; each piece is hashed (SHA-256),
   pinned and uploaded only if the store does not have it (:mod:`~bespokv.training.chunks`),
   ``threads`` at a time. Equal pieces within one save are uploaded once. Each item's
-  WriteResult carries its locator: dtype, shape and the list of ``[hash, token, size]``.
+  WriteResult carries its locator: dtype, shape and the list of
+  ``[sha256, token, size, xxh3]`` (the XXH3-64 is what a load verifies).
 * ``finish`` (coordinator): the DCP metadata, with every locator, is pickled and committed
   by ``store.commit``: one CAS, the commit point.
 
@@ -38,7 +39,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteIte
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
-from bespokv.training.chunks import digest_of, pin_and_upload
+from bespokv.training.chunks import check_of, digest_of, pin_and_upload
 from bespokv.training.errors import InvalidArgumentError
 from bespokv.training.records import split_checkpoint_id
 from bespokv.training.store import CheckpointStore, SaveStats
@@ -69,16 +70,17 @@ class _SaveRun:
         self._lock = threading.Lock()
         self._first: dict[str, CFuture[str]] = {}  # digest -> token, for equal pieces in one save
 
-    def piece(self, data: memoryview) -> tuple[str, str, int, bool]:
-        """Hash, pin and (if new) upload one piece: ``(digest, token, size, uploaded)``."""
+    def piece(self, data: memoryview) -> tuple[str, str, int, str, bool]:
+        """Hash, pin and (if new) upload one piece: ``(digest, token, size, check, uploaded)``."""
         digest = digest_of(data)
+        check = check_of(data)
         with self._lock:
             first = self._first.get(digest)
             if first is None:
                 mine: CFuture[str] = CFuture()
                 self._first[digest] = mine
         if first is not None:
-            return digest, first.result(), len(data), False
+            return digest, first.result(), len(data), check, False
         try:
             token, uploaded = pin_and_upload(self.store.kv, self.store.objects, self.store.ns,
                                              digest, data, self.save_id)
@@ -86,7 +88,7 @@ class _SaveRun:
             mine.set_exception(e)
             raise
         mine.set_result(token)
-        return digest, token, len(data), uploaded
+        return digest, token, len(data), check, uploaded
 
 
 class KVStorageWriter(StorageWriter):
@@ -153,9 +155,9 @@ class KVStorageWriter(StorageWriter):
                 pending.append((item, locator, keep, futs))
             for item, locator, _keep, futs in pending:
                 pieces = [f.result() for f in futs]
-                locator["chunks"] = [[d, t, n] for d, t, n, _ in pieces]
-                new = sum(n for _, _, n, up in pieces if up)
-                total = sum(n for _, _, n, _ in pieces)
+                locator["chunks"] = [[d, t, n, c] for d, t, n, c, _ in pieces]
+                new = sum(n for _, _, n, _, up in pieces if up)
+                total = sum(n for _, _, n, _, _ in pieces)
                 results.append(WriteResult(index=item.index, size_in_bytes=total,
                                            storage_data={**locator, "new": new}))
         fut: Future[list[WriteResult]] = Future()

@@ -79,7 +79,7 @@ class CheckpointStore:
     :class:`~bespokv.training.kv.KV`. ``objects``: a cloudtier store (``s3://``,
     ``file://``, ``memory://``); several processes (ranks) may share one. ``namespace``
     prefixes every KV key, so one KV can hold several stores. ``threads``: uploads and
-    downloads in flight per rank. ``verify``: check every chunk's SHA-256 on load.
+    downloads in flight per rank. ``verify``: check every chunk's XXH3-64 on load.
     """
 
     def __init__(

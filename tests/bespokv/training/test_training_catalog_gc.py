@@ -223,5 +223,5 @@ def test_concurrent_saves_deletes_and_gc_never_lose_a_committed_chunk(tmp_path):
     used = set()
     for info in live:
         for loc in __import__("pickle").loads(store.metadata(info.id)).storage_data.values():
-            used.update(f"chunks/{d[:2]}/{d}.{t}" for d, t, _ in loc["chunks"])
+            used.update(f"chunks/{d[:2]}/{d}.{t}" for d, t, *_ in loc["chunks"])
     assert set(chunk_objects(store)) == used

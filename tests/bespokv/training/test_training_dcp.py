@@ -167,7 +167,7 @@ def test_missing_or_corrupt_chunk_is_an_error_not_data(store):
     dcp.save({"w": torch.randn(3000)}, storage_writer=KVStorageWriter(store, "run/step-1"))
     keys = [i.key for i in store.objects.list("chunks/")]
     store.objects.put(keys[0], b"x" * store.objects.head(keys[0]).size)
-    with dcp_raises(ChunkMissingError, "SHA-256"):
+    with dcp_raises(ChunkMissingError, "checksum"):
         dcp.load({"w": torch.zeros(3000)}, storage_reader=KVStorageReader(store, "run/step-1"))
     store.objects.delete(keys[0])
     with dcp_raises(ChunkMissingError, "missing"):
