@@ -17,14 +17,15 @@ from typing import Any
 
 from .db import DB, DBIterator, Snapshot
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
-                     InvalidTypeError, LockedError, UnavailableError)
+                     InvalidTypeError, LockedError, NewerFormatError, ObjectStoreError,
+                     UnavailableError)
 from .options import Options, parse_size
 from .write_batch import WriteBatch
 
 __all__ = [
     "open", "DB", "DBIterator", "Snapshot", "WriteBatch", "Options", "parse_size",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
-    "ClosedError", "UnavailableError", "FencedError",
+    "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
 ]
 
 __version__ = "0.1.0"

@@ -2,9 +2,17 @@
 
 Object layout under the database's store prefix (all written by this module)::
 
-    epoch                      JSON {"epoch": E, "owner": ..., "claimed": unix time}
-    manifest                   JSON mirror of the cloud part of the version (below)
+    epoch                      one log_format record: JSON {"epoch": E, "owner": ...,
+                               "claimed": unix time, "db_id": UUID}
+    manifest                   one log_format record: JSON mirror of the cloud part of
+                               the version (below)
     tables/<n>-e<E>.sst        one table, written once by the writer of epoch E
+
+The epoch and mirror objects are framed as one checksummed record (length, CRC-32,
+payload; see log_format.py), so a damaged object is a CorruptionError, never a silently
+different database. Both carry the database's identity (a UUID made at creation and kept
+in the local manifest too), so a directory is never opened against another database's
+prefix.
 
 Fencing: opening claims epoch E+1 with a conditional PUT (if-match on the etag read, or
 if-none-match when there is none), then publishes the mirror. Every later mirror publish
@@ -15,9 +23,14 @@ key, so even a writer that has not noticed yet cannot overwrite the new writer's
 
 The mirror holds what reopening from the bucket needs: every cloud table (level, number,
 size, key range, sequence range, epoch), the last sequence number, the next file number,
-and a ``generation`` that increases with every publish. The local manifest remembers the
-generation it last published, so a local directory left behind by a writer that was
-since replaced is detected (its cloud view is stale) instead of trusted.
+and a ``generation`` that increases with every publish. The local manifest records the
+writer's epoch (a directory left behind by a writer that was since replaced is detected:
+the mirror's epoch is newer) and the generation of each cloud-touching edit (a mirror
+newer than the local manifest means a manifest record was lost).
+
+A writer also reads the epoch object at every flush and every ``fencing_check_interval``
+(:meth:`CloudTier.check_epoch`), so a writer that another has replaced learns it within
+that interval even when it publishes nothing.
 """
 
 from __future__ import annotations
@@ -32,23 +45,55 @@ from typing import Any
 import cloudtier
 from cloudtier import NotFoundError, ObjectStore, PreconditionFailedError, StoreError
 
-from .errors import CorruptionError, FencedError, InvalidArgumentError, UnavailableError
+from .errors import (CorruptionError, FencedError, InvalidArgumentError, NewerFormatError,
+                     ObjectStoreError, UnavailableError)
+from .log_format import CLEAN, encode_record, read_records
 from .version import CLOUD, FileMeta
 
 __all__ = ["CloudFile", "CloudTier", "store_errors"]
 
 EPOCH_KEY = "epoch"
 MIRROR_KEY = "manifest"
-MIRROR_FORMAT = 1
+#: Format of the epoch and mirror objects. 1 (retired): bare JSON, no checksum, no id.
+MIRROR_FORMAT = 2
 
 
 def store_errors(what: str, e: StoreError) -> Exception:
-    """The rocksmash error for an object-store failure (callers ``raise ... from e``)."""
+    """The rocksmash error for an object-store failure (callers ``raise ... from e``).
+
+    Retriable failures (after the retries) are UnavailableError; failures that retrying
+    cannot fix (no such bucket, access denied, a bad request) are ObjectStoreError, so
+    background work stops retrying them and writes fail fast.
+    """
     if isinstance(e, NotFoundError):
         return CorruptionError(f"{what}: object is missing from the object store")
     if e.retriable:
         return UnavailableError(f"{what}: object store unavailable after retries: {e}")
-    return UnavailableError(f"{what}: object store error: {e}")
+    return ObjectStoreError(f"{what}: the object store refused: {e}")
+
+
+def encode_object(doc: dict[str, Any]) -> bytes:
+    """The bytes of an epoch or mirror object: one checksummed record of JSON."""
+    return encode_record(json.dumps(doc, separators=(",", ":")).encode())
+
+
+def decode_object(data: bytes, what: str) -> dict[str, Any]:
+    """Parse an epoch or mirror object; CorruptionError unless it is exactly one valid
+    record holding a JSON object of a known format."""
+    records, end, tail = read_records(data, name=what)
+    if tail != CLEAN or len(records) != 1:
+        raise CorruptionError(f"object store: {what} object is damaged (checksum)")
+    try:
+        doc = json.loads(records[0])
+        fmt = doc["format_version"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptionError(f"object store: malformed {what} object ({e})") from e
+    if type(fmt) is not int or fmt > MIRROR_FORMAT:
+        raise NewerFormatError(f"object store: {what} object format {fmt!r} is newer than "
+                               f"this rocksmash supports ({MIRROR_FORMAT}); upgrade rocksmash")
+    if fmt != MIRROR_FORMAT:
+        raise CorruptionError(f"object store: {what} object has unknown format {fmt!r}")
+    return doc
 
 
 class CloudFile:
@@ -105,6 +150,8 @@ class CloudTier:
             self.metered, cloudtier.RetryPolicy(max_attempts=retries + 1))
             if retries else self.metered)
         self.epoch = 0
+        #: The database's identity, once claim_epoch has run.
+        self.db_id: str | None = None
         self.generation = 0
         self._mirror_etag: str | None = None
         self._unknown_body: bytes | None = None
@@ -144,17 +191,28 @@ class CloudTier:
 
     # ------------------------------------------------------------ fencing and mirror
 
-    def claim_epoch(self) -> int:
-        """Become the writer: epoch E+1 by conditional PUT. FencedError on a race."""
+    def claim_epoch(self, db_id: str | None) -> str | None:
+        """Become the writer: epoch E+1 by conditional PUT. FencedError on a race.
+
+        ``db_id`` is the local database's identity (None for a new directory). Returns the
+        identity recorded in the bucket (None for an empty prefix). A prefix that holds
+        another database is refused with InvalidArgumentError, before anything is written.
+        """
         try:
             try:
                 info = self.store.head(EPOCH_KEY)
-                current = json.loads(self.store.get(EPOCH_KEY))["epoch"]
+                doc = decode_object(self.store.get(EPOCH_KEY), EPOCH_KEY)
+                current, bucket_id = int(doc["epoch"]), doc.get("db_id")
                 etag: str | None = info.etag
             except NotFoundError:
-                current, etag = 0, None
-            body = json.dumps({"epoch": current + 1, "owner": f"{socket.gethostname()}:"
-                               f"{os.getpid()}", "claimed": time.time()}).encode()
+                current, bucket_id, etag = 0, None, None
+            if db_id is not None and bucket_id is not None and db_id != bucket_id:
+                raise InvalidArgumentError(
+                    f"the object store prefix holds another database (id {bucket_id}) than "
+                    f"this directory (id {db_id}); check object_store=")
+            body = encode_object({"format_version": MIRROR_FORMAT, "epoch": current + 1,
+                                  "owner": f"{socket.gethostname()}:{os.getpid()}",
+                                  "claimed": time.time(), "db_id": db_id or bucket_id})
             if etag is None:
                 self.store.put(EPOCH_KEY, body, if_none_match=True)
             else:
@@ -163,11 +221,31 @@ class CloudTier:
             raise FencedError("another writer claimed this object-store prefix at the same "
                               "time; retry the open") from None
         except (ValueError, KeyError, TypeError) as e:
+            if isinstance(e, InvalidArgumentError):
+                raise
             raise CorruptionError(f"object store: malformed {EPOCH_KEY} object ({e})") from e
         except StoreError as e:
             raise store_errors("claiming the writer epoch", e) from e
         self.epoch = current + 1
-        return self.epoch
+        self.db_id = db_id or bucket_id
+        return bucket_id
+
+    def check_epoch(self) -> None:
+        """Raise FencedError if another writer has claimed the prefix since this one did
+        (one GET). Unavailable or refusing stores raise their rocksmash errors."""
+        try:
+            doc = decode_object(self.store.get(EPOCH_KEY), EPOCH_KEY)
+            epoch = int(doc["epoch"])
+        except NotFoundError:
+            raise CorruptionError(f"object store: the {EPOCH_KEY} object vanished") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptionError(f"object store: malformed {EPOCH_KEY} object ({e})") from e
+        except StoreError as e:
+            raise store_errors("checking the writer epoch", e) from e
+        if epoch != self.epoch:
+            raise FencedError(f"another writer (epoch {epoch}) has taken over this "
+                              f"object-store prefix from this one (epoch {self.epoch}); "
+                              f"this database is now read-only")
 
     def load_mirror(self) -> dict[str, Any] | None:
         """The mirrored manifest, or None if the prefix holds no database."""
@@ -178,14 +256,16 @@ class CloudTier:
             return None
         except StoreError as e:
             raise store_errors("reading the manifest mirror", e) from e
+        mirror = decode_object(data, "manifest mirror")
         try:
-            mirror = json.loads(data)
-            if mirror["format_version"] > MIRROR_FORMAT:
-                raise CorruptionError(f"manifest mirror format {mirror['format_version']} "
-                                      f"is newer than this rocksmash supports")
             self.generation = int(mirror["generation"])
+            int(mirror["epoch"]), int(mirror["last_seq"]), int(mirror["next_file"])
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptionError(f"object store: malformed manifest mirror ({e})") from e
+        if self.db_id is not None and mirror.get("db_id") not in (None, self.db_id):
+            raise InvalidArgumentError(
+                f"the object store prefix's manifest mirror belongs to another database "
+                f"(id {mirror.get('db_id')}) than this one (id {self.db_id})")
         self._mirror_etag = info.etag
         return mirror
 
@@ -202,12 +282,13 @@ class CloudTier:
             except StoreError as e:
                 raise store_errors("checking the manifest mirror", e) from e
             gen = self.generation + 1
-            body = json.dumps({
+            body = encode_object({
                 "format_version": MIRROR_FORMAT, "generation": gen, "epoch": self.epoch,
-                "num_levels": num_levels, "last_seq": last_seq, "next_file": next_file,
+                "db_id": self.db_id, "num_levels": num_levels, "last_seq": last_seq,
+                "next_file": next_file,
                 "files": [[lvl, f.number, f.size, f.smallest.hex(), f.largest.hex(),
                            f.min_seq, f.max_seq, f.epoch] for lvl, f in files],
-            }, separators=(",", ":")).encode()
+            })
             try:
                 if self._mirror_etag is None:
                     etag = self.store.put(MIRROR_KEY, body, if_none_match=True)

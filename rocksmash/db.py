@@ -18,9 +18,11 @@ and writers publish in the reverse order (a sealed memtable joins ``_imm`` befor
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
+import uuid
 import weakref
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Iterator
@@ -31,11 +33,12 @@ from .bloom import key_hash
 from .cloud import CloudTier
 from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
                          range_compaction)
-from .env import FileLock, LocalFile, fsync_dir
+from .env import FileLock, LocalFile, fsync_dir, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
-                     InvalidTypeError)
+                     InvalidTypeError, UnavailableError)
 from .jobs import JOBS
-from .manifest import Manifest, load_manifest
+from .log_format import CLEAN
+from .manifest import Manifest, ManifestState, load_manifest
 from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
@@ -50,6 +53,18 @@ __all__ = ["DB", "Snapshot", "DBIterator"]
 
 #: A manifest larger than this is rewritten as a fresh snapshot.
 _MANIFEST_ROLL_SIZE = 16 << 20
+
+#: Every open database of this process, so a ``fork`` child can disable them all.
+_open_dbs: "weakref.WeakSet[DB]" = weakref.WeakSet()
+
+
+def _disable_in_child() -> None:
+    for db in list(_open_dbs):
+        db._after_fork_in_child()
+    _open_dbs.clear()
+
+
+os.register_at_fork(after_in_child=_disable_in_child)
 
 
 class Snapshot:
@@ -117,12 +132,16 @@ class DBIterator:
 
     def __next__(self) -> tuple[bytes, bytes]:
         if self._db._closed:
-            raise ClosedError("database is closed")
+            raise self._db._closed_error()
         return next(self._it)
 
     def close(self) -> None:
-        if self._end is not None:
-            self._end()
+        """Stop the iteration (later ``next`` raises StopIteration) and release its
+        snapshot and table readers."""
+        self._it = iter(())
+        end, self._end = self._end, None
+        if end is not None:
+            end()
         if not self._db._closed:
             self._db._release_snapshot(None)  # apply the release now
 
@@ -145,23 +164,33 @@ class DB:
         self.path = os.path.abspath(os.fspath(path))
         self.options = options
         self._closed = True
+        self._forked = False
         if os.path.exists(os.path.join(self.path, filenames.CURRENT)):
             if options.error_if_exists:
                 raise InvalidArgumentError(f"{self.path}: database exists (error_if_exists)")
         elif not options.create_if_missing:
             raise InvalidArgumentError(f"{self.path}: no database here (create_if_missing "
                                        f"is False)")
-        os.makedirs(self.path, exist_ok=True)
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as e:
+            raise InvalidArgumentError(f"{self.path}: not a directory ({e.strerror})") from None
+        except OSError as e:
+            raise os_error(f"creating {self.path}", e) from e
         self._file_lock = FileLock(os.path.join(self.path, filenames.LOCK))
         try:
             self._init_state()
             self._recover()
         except BaseException:
-            self._shutdown_workers()
-            self._release()
+            self._abandon()
             raise
         self._closed = False
-        for name, target in (("flush", self._flush_loop), ("compaction", self._compaction_loop)):
+        self._pid = os.getpid()
+        _open_dbs.add(self)
+        loops = [("flush", self._flush_loop), ("compaction", self._compaction_loop)]
+        if self._cloud is not None:
+            loops.append(("fencing", self._fencing_loop))
+        for name, target in loops:
             t = threading.Thread(target=target, name=f"rocksmash-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -197,6 +226,7 @@ class DB:
         self._default_sync = opts.sync
         self._job_opts = {"block_size": opts.block_size, "compression": opts.compression,
                           "bloom_bits_per_key": opts.bloom_bits_per_key}
+        self._drop_damaged_tail = opts.wal_recovery == "drop_corrupt_tail"
         lock_fd = self._file_lock.fileno()
         self._flush_worker = WorkerProcess(lock_fd) if opts.background_processes else None
         self._compaction_worker = (WorkerProcess(lock_fd) if opts.background_processes
@@ -206,6 +236,7 @@ class DB:
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
             "recovered_segments": 0, "torn_wal_tails": 0, "cache_fills_by_compaction": 0,
             "background_retries": 0, "restored_from_object_store": False,
+            "segments_dropped_after_torn": 0, "epoch_checks": 0,
         }
         self._cloud_job_opts = dict(self._job_opts, compression=opts.cloud_compression)
         self._dead_objects: list[tuple[str, int, Any]] = []
@@ -216,7 +247,6 @@ class DB:
 
             self._cloud = CloudTier(opts.object_store, opts.object_store_options,
                                     opts.object_store_retries)
-            self._cloud.claim_epoch()
             self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
             self._data_cache = DataCache(os.path.join(self.path, "cloud-cache"),
                                          opts.cache_size)
@@ -227,11 +257,28 @@ class DB:
         Every segment at or after the manifest's log number holds writes that never
         reached a table; each is replayed into the table its header names (the same
         replay as a flush). Then a new manifest snapshot is written and CURRENT swapped,
-        and everything unreferenced is deleted.
+        and everything unreferenced is deleted. Nothing is deleted before every check
+        has passed: a manifest whose last record was dropped (torn or damaged) is used
+        only if nothing that record described is lost (see :meth:`_check_recoverable`).
         """
         state = load_manifest(self.path)
         cloud = self._cloud
-        mirror = cloud.load_mirror() if cloud is not None else None
+        db_id = state.db_id if state is not None else None
+        mirror = None
+        if cloud is not None:
+            cloud.db_id = db_id
+            mirror = cloud.load_mirror()  # refuses another database's mirror
+            if state is not None and mirror is not None and mirror["epoch"] > state.epoch:
+                raise FencedError(
+                    f"{self.path} is stale: a writer with epoch {mirror['epoch']} has written "
+                    f"the object store since this directory's last session (epoch "
+                    f"{state.epoch}); move the directory away to reopen from the object store")
+            bucket_id = cloud.claim_epoch(db_id)  # from here on, older writers are fenced
+            db_id = db_id or bucket_id or (mirror or {}).get("db_id")
+        db_id = db_id or uuid.uuid4().hex
+        if cloud is not None:
+            cloud.db_id = db_id
+        self.db_id = db_id
         levels: list[list[FileMeta]] = [[] for _ in range(self.options.num_levels)]
         log_number, next_file, last_seq = 0, 2, 0
         if state is not None:
@@ -241,14 +288,10 @@ class DB:
                     f"{state.version.num_levels} levels")
             levels = [list(lvl) for lvl in state.version.levels]
             log_number, next_file, last_seq = state.log_number, state.next_file, state.last_seq
-            if mirror is not None and mirror["epoch"] > state.epoch:
-                raise FencedError(
-                    f"{self.path} is stale: a writer with epoch {mirror['epoch']} has written "
-                    f"the object store since this directory's last session (epoch "
-                    f"{state.epoch}); move the directory away to reopen from the object store")
             if cloud is None and any(f.tier == CLOUD for lvl in levels for f in lvl):
                 raise InvalidArgumentError(
                     f"{self.path} has tables in an object store; open it with object_store=")
+            self._check_recoverable(state, mirror)
         elif mirror is not None:
             # The local directory is gone: rebuild from the bucket. Only what had reached
             # the cloud levels comes back (see docs/cloud.md).
@@ -262,12 +305,9 @@ class DB:
             if parsed:
                 next_file = max(next_file, parsed[1] + 1)
         live = {f.number for lvl in levels for f in lvl}
-        for f in (f for lvl in levels for f in lvl if f.tier == LOCAL):
-            path = os.path.join(self.path, filenames.table_name(f.number))
-            if not os.path.exists(path):
-                raise CorruptionError(f"table {filenames.table_name(f.number)} is missing")
         segments = sorted(p[1] for p in map(filenames.parse_name, names)
                           if p and p[0] == "log" and p[1] >= log_number)
+        torn_before: int | None = None  # a segment that lost its tail, then writes after it
         for number in segments:
             path = os.path.join(self.path, filenames.segment_name(number))
             header = read_segment_header(path)
@@ -277,11 +317,20 @@ class DB:
             result = self._run_job(self._flush_worker, "flush_segment", segment_path=path,
                                    table_path=os.path.join(
                                        self.path, filenames.table_name(header.table_number)),
-                                   opts=self._job_opts, snapshots=[])
-            last_seq = max(last_seq, result["last_seq"])
+                                   opts=self._job_opts, snapshots=[],
+                                   drop_damaged_tail=self._drop_damaged_tail)
             self._stats["recovered_segments"] += 1
             self._stats["torn_wal_tails"] += int(result["torn"])
             info: TableInfo | None = result["table"]
+            if torn_before is not None and info is not None:
+                # Writes after a hole: this segment was never synced (a sync syncs every
+                # earlier segment first), and applying it would resurrect writes that
+                # came after lost ones. Drop it like the torn tail before it.
+                self._stats["segments_dropped_after_torn"] += 1
+                continue
+            if result["torn"]:
+                torn_before = number
+            last_seq = max(last_seq, result["last_seq"])
             if info is not None:
                 f = FileMeta(header.table_number, info.size, info.smallest, info.largest,
                              info.min_seq, info.max_seq)
@@ -300,7 +349,8 @@ class DB:
         self._manifest = Manifest.create(self.path, self._take_number(), version,
                                          log_number=self._mem.segment,
                                          next_file=self._next_file, last_seq=last_seq,
-                                         epoch=cloud.epoch if cloud else 0)
+                                         epoch=cloud.epoch if cloud else 0, db_id=db_id,
+                                         mirror_gen=cloud.generation + 1 if cloud else 0)
         self._log_number = self._mem.segment
         if cloud is not None:
             self._publish_mirror()  # from here on, any older writer is fenced
@@ -318,6 +368,32 @@ class DB:
         fsync_dir(self.path)
         self._update_stall()
 
+    def _check_recoverable(self, state: ManifestState, mirror: dict[str, Any] | None) -> None:
+        """Raise CorruptionError unless every write the manifest describes is still
+        somewhere: the WAL segment it names as the oldest unflushed one, every local
+        table, and no cloud mirror newer than it. These hold for any manifest a crash
+        leaves; they fail when a record that took effect was lost (its WAL segment or
+        input tables were deleted after it was synced), so a damaged last record can be
+        dropped exactly when dropping it loses nothing."""
+        why = (f" (the manifest's last record was {state.tail} and dropped: it held an edit "
+               f"that had taken effect)" if state.tail != CLEAN else "")
+        seg = filenames.segment_name(state.log_number)
+        if not os.path.exists(os.path.join(self.path, seg)):
+            raise CorruptionError(f"{self.path}: WAL segment {seg}, which the manifest "
+                                  f"names as holding unflushed writes, is missing{why}; "
+                                  f"refusing to open, nothing was deleted")
+        for f in (f for _, f in state.version.files() if f.tier == LOCAL):
+            name = filenames.table_name(f.number)
+            if not os.path.exists(os.path.join(self.path, name)):
+                raise CorruptionError(f"table {name} is missing{why}")
+        if (mirror is not None and state.mirror_gen and mirror["epoch"] == state.epoch
+                and int(mirror["generation"]) > state.mirror_gen):
+            raise CorruptionError(
+                f"{self.path}: the object store's manifest mirror (generation "
+                f"{mirror['generation']}) is newer than the local manifest (generation "
+                f"{state.mirror_gen}){why}; move the directory away to reopen from the "
+                f"object store")
+
     def _open_table(self, f: FileMeta) -> Table:
         """Open the reader of ``f``: a local file, or a cloud object whose metadata comes
         from the MetaCache (fetched from the object once, if missing)."""
@@ -331,6 +407,11 @@ class DB:
         meta = self._meta_cache.get(f.number)
         t = Table(f.number, cloud.file(f), self._cache, f.object_key, meta, self._data_cache,
                   self.options.cloud_fetch_size)
+        props = t.props
+        if (props.get("smallest") not in (None, f.smallest.hex())
+                or props.get("largest") not in (None, f.largest.hex())):
+            raise CorruptionError(f"{f.object_key}: the manifest's key range of the table "
+                                  f"disagrees with the table's own")
         if meta is None:
             self._meta_cache.put(f.number, t.meta())
         return t
@@ -363,19 +444,16 @@ class DB:
         if len(key) > self._max_key or len(value) > self._max_value:
             self._check_sizes(key, value)
         with self._lock:
-            if self._stall or self._closed:
-                self._wait_for_room()
+            if self._stall or self._closed or self._mem.size >= self._memtable_size:
+                self._make_room()
             seq = self._seq + 1
             wal = self._wal
             try:
                 end = wal.add_put(seq, key, value)
             except OSError as e:
-                raise self._wal_failed(e) from e
-            mem = self._mem
-            mem.put(key, seq, value, self._keep_upto)
+                raise self._wal_failed(wal, e) from e
+            self._mem.put(key, seq, value, self._keep_upto)
             self._seq = seq
-            if mem.size >= self._memtable_size:
-                self._switch_memtable()
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
@@ -392,19 +470,21 @@ class DB:
         if not ops:
             return
         for key, value in ops:
+            if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                WriteBatch().put(key, b"" if value is None else value)  # the right error
             if len(key) > self._max_key or (value is not None and len(value) > self._max_value):
                 self._check_sizes(key, value or b"")
         with self._lock:
-            if self._stall or self._closed:
-                self._wait_for_room()
+            if self._stall or self._closed or self._mem.size >= self._memtable_size:
+                self._make_room()
             seq = self._seq + 1
             wal = self._wal
-            end = self._wal_add(encode_batch(seq, ops))
-            mem = self._mem
-            mem.put_batch(ops, seq, self._keep_upto)
+            try:
+                end = wal.add(encode_batch(seq, ops))
+            except OSError as e:
+                raise self._wal_failed(wal, e) from e
+            self._mem.put_batch(ops, seq, self._keep_upto)
             self._seq = seq + len(ops) - 1
-            if mem.size >= self._memtable_size:
-                self._switch_memtable()
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
@@ -424,40 +504,64 @@ class DB:
             raise InvalidArgumentError(
                 f"value of {len(value)} bytes exceeds max_value_size ({self._max_value})")
 
-    def _wal_add(self, payload: bytes) -> int:
-        """Append to the WAL (write lock held)."""
+    def _wal_failed(self, wal: WalWriter, e: OSError) -> Error:
+        """A failed append (write lock held): the write is not applied. Cut off whatever
+        part of the record reached the file, so the next write follows a valid record; if
+        even that fails, writes stop until a reopen (recovery drops the torn record)."""
+        if self._closed or self._closing:
+            return ClosedError("database is closed")
         try:
-            return self._wal.add(payload)
-        except OSError as e:
-            raise self._wal_failed(e) from e
+            wal.truncate()
+        except OSError:
+            err = os_error("WAL write failed, and so did cutting off the partial record; "
+                           "reopen the database to recover", e)
+            self._bg_error = err
+            self._update_stall()
+            return err
+        return os_error(f"WAL write failed (the write was not applied): {wal.path}", e)
 
-    def _wal_failed(self, e: OSError) -> Error:
-        """A failed append poisons the database for writes (write lock held): a partial
-        record may be on disk, and nothing may follow it. Reopening recovers."""
-        err = Error(f"WAL write failed: {e}; reopen the database to recover")
-        self._bg_error = err
-        self._update_stall()
-        return err
-
-    def _wait_for_room(self) -> None:
-        """Block (write lock held) while memtables or L0 are full; raise if closed/failed."""
+    def _make_room(self) -> None:
+        """Before a write (write lock held): wait while memtables or L0 are full, and seal
+        a full memtable. Raises ClosedError, the background error, or UnavailableError
+        after ``stall_timeout``; then the write is not applied."""
         started = time.monotonic()
+        deadline = started + self.options.stall_timeout
         while True:
             if self._closed or self._closing:
-                raise ClosedError("database is closed")
+                raise self._closed_error()
             if self._bg_error is not None:
                 raise self._background_failure() from self._bg_error
             if not self._stall:
                 break
-            self._cv.wait(1.0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._stats["stall_seconds"] += time.monotonic() - started
+                last = self._stats.get("last_background_error")
+                raise UnavailableError(
+                    f"writes stalled for {self.options.stall_timeout:g} s: "
+                    f"{len(self._imm)} sealed memtables and "
+                    f"{len(self._version.levels[0])} L0 tables wait for flush and "
+                    f"compaction" + (f" (last background error: {last})" if last else ""))
+            self._cv.wait(min(left, 1.0))
         self._stats["stall_seconds"] += time.monotonic() - started
+        if self._mem.size >= self._memtable_size:
+            self._switch_memtable()
+
+    def _closed_error(self) -> ClosedError:
+        if self._forked:
+            return ClosedError("this database was opened by the parent process; a child "
+                               "made by fork must open it again (after the parent closes it)")
+        return ClosedError("database is closed")
 
     def _background_failure(self) -> Error:
-        """The error writes raise after background work failed for good."""
-        if isinstance(self._bg_error, FencedError):
-            return FencedError(str(self._bg_error))
-        return Error(f"database is read-only after a background error: {self._bg_error}; "
-                     f"reopen it to recover")
+        """The error writes raise after background work failed for good: of the same
+        kind as the failure (FencedError, ObjectStoreError, CorruptionError...)."""
+        e = self._bg_error
+        if isinstance(e, FencedError):
+            return FencedError(str(e))
+        kind = type(e) if isinstance(e, Error) and type(e) is not UnavailableError else Error
+        return kind(f"database is read-only after a background error: {e}; reopen it to "
+                    f"recover")
 
     def _update_stall(self) -> None:
         opts = self.options
@@ -466,9 +570,13 @@ class DB:
                        or self._bg_error is not None)
 
     def _switch_memtable(self) -> None:
-        """Seal the memtable and cut a new WAL segment (write lock held)."""
+        """Seal the memtable and cut a new WAL segment (write lock held). If the segment
+        cannot be created (disk full), nothing changes and the error is raised."""
         seg, table = self._new_numbers(2)
-        wal = WalWriter(self.path, seg, table, self._seq + 1)
+        try:
+            wal = WalWriter(self.path, seg, table, self._seq + 1)
+        except OSError as e:
+            raise os_error("creating a WAL segment", e) from e
         with self._sync_lock:
             self._old_wals.append(self._wal)
             self._wal = wal
@@ -482,9 +590,21 @@ class DB:
         with self._sync_lock:
             if wal.synced >= end:
                 return
-            for old in self._old_wals:  # earlier segments first: no holes after a crash
-                old.sync()
-            wal.sync()
+            if self._closed:  # close() synced every segment; this one was not ours
+                raise self._closed_error()
+            try:
+                for old in self._old_wals:  # earlier segments first: no holes after a crash
+                    old.sync()
+                wal.sync()
+            except OSError as e:
+                # After a failed fsync the kernel may have dropped the dirty pages: nothing
+                # after this point can be trusted to reach the disk. Stop writes.
+                err = os_error("WAL fsync failed; reopen the database to recover", e)
+                with self._lock:
+                    if self._bg_error is None:
+                        self._bg_error = err
+                    self._update_stall()
+                raise err from e
 
     # ----------------------------------------------------------------- reads
 
@@ -494,7 +614,7 @@ class DB:
         if type(key) is not bytes:
             raise InvalidTypeError(f"key must be bytes, not {type(key).__name__}")
         if self._closed:
-            raise ClosedError("database is closed")
+            raise self._closed_error()
         if snapshot is None:
             seq = self._seq
         else:
@@ -582,7 +702,7 @@ class DB:
         """A consistent view of the current state; close it when done."""
         with self._lock:
             if self._closed:
-                raise ClosedError("database is closed")
+                raise self._closed_error()
             if self._deferred_releases:
                 self._live_snapshots()
             seq = self._seq
@@ -661,6 +781,7 @@ class DB:
     # ----------------------------------------------------------------- background
 
     def _flush_loop(self) -> None:
+        delay = 0.1
         while True:
             with self._lock:
                 while not self._closing and not (self._imm and self._bg_error is None):
@@ -671,7 +792,19 @@ class DB:
                 snapshots = self._live_snapshots()
             try:
                 self._flush_one(mem, snapshots)
-            except BaseException as e:  # stop writes; reads and reopen still work
+                delay = 0.1
+            except Error as e:
+                if not e.retriable:
+                    self._fail(e)  # stop writes; reads and reopen still work
+                    return
+                # A full disk (or a worker that died twice): writes go on until the
+                # memtables fill and stall (bounded by stall_timeout); try again later.
+                self._stats["background_retries"] += 1
+                self._stats["last_background_error"] = repr(e)
+                with self._lock:
+                    self._cv.wait(delay)
+                delay = min(delay * 2, 5.0)
+            except BaseException as e:
                 self._fail(e)
                 return
 
@@ -682,6 +815,8 @@ class DB:
                                table_path=table_path, opts=self._job_opts,
                                snapshots=snapshots)
         info: TableInfo | None = result["table"]
+        if self._cloud is not None:
+            self._check_epoch()
         with self._version_lock:
             edit = VersionEdit(next_file=self._next_file, last_seq=result["last_seq"])
             with self._lock:
@@ -722,7 +857,9 @@ class DB:
             self._manifest = Manifest.create(
                 self.path, self._take_number(), v, log_number=self._log_number,
                 next_file=self._next_file, last_seq=max(edit.last_seq or 0, self._seq),
-                epoch=self._cloud.epoch if self._cloud else 0)
+                epoch=self._cloud.epoch if self._cloud else 0, db_id=self.db_id,
+                mirror_gen=max(edit.mirror_gen or 0, self._cloud.generation + 1)
+                if self._cloud else 0)
             old.close()
             os.unlink(os.path.join(self.path, filenames.manifest_name(old.number)))
             return
@@ -761,6 +898,31 @@ class DB:
                     self._compaction_wanted = True
                     self._cv.wait(delay)
                 delay = min(delay * 2, 30.0)
+            except BaseException as e:
+                self._fail(e)
+                return
+
+    def _check_epoch(self) -> None:
+        """FencedError if another writer has claimed the prefix. An unreachable store
+        cannot tell; that is counted and left to the next check (see docs/cloud.md)."""
+        assert self._cloud is not None
+        self._stats["epoch_checks"] += 1
+        try:
+            self._cloud.check_epoch()
+        except UnavailableError as e:
+            self._stats["last_epoch_check_error"] = repr(e)
+
+    def _fencing_loop(self) -> None:
+        """Check the writer epoch every ``fencing_check_interval``; fenced: stop writes."""
+        interval = self.options.fencing_check_interval
+        while True:
+            with self._lock:
+                self._cv.wait_for(lambda: self._closing or self._bg_error is not None,
+                                  interval)
+                if self._closing or self._bg_error is not None:
+                    return
+            try:
+                self._check_epoch()
             except BaseException as e:
                 self._fail(e)
                 return
@@ -809,6 +971,9 @@ class DB:
             f.tier == CLOUD for _, f in c.inputs)
         with self._version_lock:
             edit.next_file = self._next_file
+            if touches_cloud:
+                assert self._cloud is not None
+                edit.mirror_gen = self._cloud.generation + 1  # the publish below
             self._log_edit(edit)
             with self._lock:
                 self._version = self._version.apply(edit)
@@ -1014,7 +1179,7 @@ class DB:
         """Write the memtable to a table and wait until every sealed memtable is flushed."""
         with self._lock:
             if self._closed:
-                raise ClosedError("database is closed")
+                raise self._closed_error()
             if self._mem.count:
                 while self._stall and self._bg_error is None and not self._closing:
                     self._cv.wait(1.0)
@@ -1086,7 +1251,13 @@ class DB:
         """Stop background work (a running job finishes first) and release the database.
 
         Unflushed memtables need no flush: their WAL segments are replayed at next open.
+        Every WAL segment is synced first, so a ``sync=True`` write racing with close
+        either completes durably or raises ClosedError. In a child made by ``fork``, close
+        only lets go of this handle: the parent's lock, files and workers stay its own.
         """
+        if self._forked:
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
@@ -1096,9 +1267,14 @@ class DB:
             t.join()
         with self._lock:
             self._closed = True
+        _open_dbs.discard(self)
         self._shutdown_workers()
         with self._sync_lock:
             for w in self._old_wals + [self._wal]:
+                try:
+                    w.sync()
+                except OSError:
+                    pass  # unsynced writes were acknowledged as not synced; a crash test
                 w.close()
             self._old_wals = []
         self._manifest.close()
@@ -1113,11 +1289,33 @@ class DB:
         self._release()
 
     def _release(self) -> None:
-        """Close the caches and the store and drop the lock (also after a failed open)."""
-        if getattr(self, "_cloud", None) is not None:
+        """Close the caches and the store and drop the lock."""
+        if self._cloud is not None:
             self._data_cache.close()
             self._cloud.close()
         self._file_lock.release()
+
+    def _abandon(self) -> None:
+        """After a failed open: release everything that was acquired, never raising (the
+        open's own error is the one to see), so the next open can succeed."""
+        for step in (self._shutdown_workers,
+                     lambda: [w.close() for w in getattr(self, "_old_wals", [])],
+                     lambda: getattr(self, "_wal", None) and self._wal.close(),
+                     lambda: getattr(self, "_manifest", None) and self._manifest.close(),
+                     lambda: getattr(self, "_data_cache", None) and self._data_cache.close(),
+                     lambda: getattr(self, "_cloud", None) and self._cloud.close(),
+                     self._file_lock.release):
+            try:
+                step()
+            except Exception:
+                pass
+
+    def _after_fork_in_child(self) -> None:
+        """This process is a ``fork`` child: the handle belongs to the parent. Every call
+        here raises ClosedError (writing would put a second writer on the same WAL)."""
+        self._forked = True
+        self._closed = True
+        self._stall = True
 
     def __enter__(self) -> "DB":
         return self

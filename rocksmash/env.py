@@ -15,7 +15,19 @@ from typing import Protocol
 from .errors import ClosedError, Error, LockedError
 
 __all__ = ["RandomAccessFile", "LocalFile", "FileLock", "write_file_atomic", "fsync_dir",
-           "write_all"]
+           "write_all", "os_error"]
+
+
+def os_error(what: str, e: OSError) -> Error:
+    """The rocksmash error for a failed local file operation (``raise ... from e``): a
+    full disk or quota is UnavailableError (retriable: free space and retry), anything
+    else a plain Error naming the file operation."""
+    from .errors import UnavailableError
+
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UnavailableError(f"{what}: local disk full ({e.strerror}); free space and "
+                                f"retry")
+    return Error(f"{what}: {e}")
 
 
 class RandomAccessFile(Protocol):
@@ -48,7 +60,12 @@ class LocalFile:
         fd = self._fd
         if fd < 0:
             raise ClosedError(f"{self.path}: file is closed (database closed?)")
-        return os.pread(fd, size, offset)
+        try:
+            return os.pread(fd, size, offset)
+        except OSError as e:
+            if self._fd < 0:  # closed by another thread while we read
+                raise ClosedError(f"{self.path}: file is closed (database closed?)") from None
+            raise os_error(f"reading {self.path}", e) from e
 
     def size(self) -> int:
         return self._size

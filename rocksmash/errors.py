@@ -18,6 +18,11 @@ class                       retriable  meaning / what to do
 ``UnavailableError``        yes        a dependency (the object store) failed after
                                        retries; local data stays usable, retry later
 ``FencedError``             no         another writer took over this database prefix
+``ObjectStoreError``        no         the object store refused for good (no such
+                                       bucket, access denied, a bad request): fix the
+                                       configuration; local data stays readable
+``NewerFormatError``        no         a file or object was written by a newer rocksmash
+                                       (its format version is unknown here): upgrade
 ==========================  =========  ==================================================
 
 Missing keys are not errors: ``get`` returns ``None``; ``db[key]`` raises ``KeyError``
@@ -35,6 +40,8 @@ __all__ = [
     "ClosedError",
     "UnavailableError",
     "FencedError",
+    "ObjectStoreError",
+    "NewerFormatError",
 ]
 
 
@@ -73,3 +80,12 @@ class UnavailableError(Error):
 
 class FencedError(Error):
     """Another writer claimed this database's object-store prefix with a newer epoch."""
+
+
+class ObjectStoreError(Error):
+    """The object store refused a request for a reason retrying will not fix (no such
+    bucket, access denied, an invalid bucket name, a malformed request)."""
+
+
+class NewerFormatError(Error):
+    """A file or object carries a format version newer than this rocksmash understands."""

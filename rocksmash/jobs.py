@@ -14,13 +14,14 @@ kept version of their key are dropped too (nothing older can reappear).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from bisect import bisect_left
 from itertools import chain
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from .env import LocalFile
+from .env import LocalFile, os_error
 from .table import Table
 from .table_builder import TableBuilder, TableInfo
 from .wal import read_segment
@@ -111,13 +112,14 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
 
 
 def flush_segment(*, segment_path: str, table_path: str, opts: dict,
-                  snapshots: list[int]) -> dict:
+                  snapshots: list[int], drop_damaged_tail: bool = False) -> dict:
     """Replay a sealed WAL segment into the table its header names.
 
     Returns ``{"table": TableInfo | None, "last_seq": int, "torn": bool}``; ``table`` is
-    None when the segment holds no writes. Raises CorruptionError on a damaged segment.
+    None when the segment holds no writes. Raises CorruptionError on a damaged segment
+    (see ``wal.read_segment`` for ``drop_damaged_tail``).
     """
-    seg = read_segment(segment_path)
+    seg = read_segment(segment_path, drop_damaged_tail=drop_damaged_tail)
     versions: dict[bytes, list[tuple[int, bytes | None]]] = {}
     last_seq = seg.first_seq - 1
     for payload in seg.records:
@@ -139,7 +141,8 @@ def flush_segment(*, segment_path: str, table_path: str, opts: dict,
 
         tables = _write_tables(entries(), iter([table_path]), opts, snapshots, False, None)
         table = tables[0] if tables else None
-    return {"table": table, "last_seq": last_seq, "torn": seg.torn}
+    return {"table": table, "last_seq": last_seq, "torn": seg.torn,
+            "first_seq": seg.first_seq}
 
 
 _stores: dict[str, Any] = {}
@@ -157,7 +160,12 @@ def _store(spec: Any) -> Any:
     key = json.dumps(spec, sort_keys=True, default=str)
     store = _stores.get(key)
     if store is None:
-        store = cloudtier.MeteredStore(cloudtier.open_store(spec["url"], **spec["options"]))
+        from .cloud import store_errors
+
+        try:
+            store = cloudtier.MeteredStore(cloudtier.open_store(spec["url"], **spec["options"]))
+        except cloudtier.StoreError as e:  # e.g. the endpoint is down: retriable
+            raise store_errors(f"opening {spec['url']}", e) from e
         if spec["retries"]:
             store = cloudtier.RetryingStore(
                 store, cloudtier.RetryPolicy(max_attempts=spec["retries"] + 1))
@@ -242,5 +250,23 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
                 t.close()
 
 
+def _in_hierarchy(job: Callable[..., dict]) -> Callable[..., dict]:
+    """``job`` raising only rocksmash errors: a full disk is UnavailableError (retried by
+    the caller), an object-store failure its mapped kind (see ``cloud.store_errors``)."""
+    @functools.wraps(job)
+    def run(**kwargs: Any) -> dict:
+        from cloudtier import StoreError
+
+        from .cloud import store_errors
+
+        try:
+            return job(**kwargs)
+        except OSError as e:
+            raise os_error(f"{job.__name__}", e) from e
+        except StoreError as e:
+            raise store_errors(f"{job.__name__}", e) from e
+    return run
+
+
 #: Jobs by name, for the worker protocol.
-JOBS = {"flush_segment": flush_segment, "compact": compact}
+JOBS = {"flush_segment": _in_hierarchy(flush_segment), "compact": _in_hierarchy(compact)}

@@ -7,8 +7,11 @@ before the change it describes takes effect. ``CURRENT`` holds the manifest's fi
 and a newline; it is replaced atomically (write, fsync, rename, fsync directory), so a
 crash leaves either the old manifest or the new one in charge, never neither.
 
-A torn last record (crash mid-append) is ignored: its edit never took effect, and the
-files it named are unreferenced and get deleted at the next open.
+A last record that is cut short (a crash mid-append) or damaged is dropped only if
+nothing it described can be lost (see ``DB`` recovery, which checks that the WAL segment
+of the last flush and every table the valid records name are still there, and that the
+cloud mirror is not newer than the manifest); otherwise opening raises CorruptionError.
+The WAL segment a flush replaces is deleted only after its edit is synced.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import os
 from dataclasses import dataclass
 
 from .env import fsync_dir, write_all, write_file_atomic
-from .errors import CorruptionError, Error
+from .errors import CorruptionError, NewerFormatError
 from .filenames import CURRENT, manifest_name, parse_name
-from .log_format import encode_record, read_records
+from .log_format import CLEAN, encode_record, read_records
 from .version import FileMeta, Version, VersionEdit
 
 __all__ = ["Manifest", "ManifestState", "load_manifest", "FORMAT_VERSION"]
@@ -37,6 +40,12 @@ class ManifestState:
     last_seq: int
     #: Cloud tier: epoch of the writer session that created this manifest (0: none).
     epoch: int = 0
+    #: The database's identity (None: made by a rocksmash that recorded none).
+    db_id: str | None = None
+    #: Mirror generation of the last cloud-touching edit (0: none).
+    mirror_gen: int = 0
+    #: How the manifest ended: log_format.CLEAN, TORN or DAMAGED (a record dropped).
+    tail: str = CLEAN
 
 
 def _valid_edit(payload: bytes) -> bool:
@@ -63,17 +72,17 @@ def load_manifest(dirpath: str) -> ManifestState | None:
             data = f.read()
     except FileNotFoundError:
         raise CorruptionError(f"CURRENT names {name}, which is missing") from None
-    records, _, _ = read_records(data, name=name, valid=_valid_edit)
+    records, _, tail = read_records(data, name=name, valid=_valid_edit)
     if not records:
         raise CorruptionError(f"{name}: no snapshot record")
     first = VersionEdit.decode(records[0])
     if first.format_version is None or first.num_levels is None:
         raise CorruptionError(f"{name}: first record is not a snapshot")
     if first.format_version > FORMAT_VERSION:
-        raise Error(f"database format version {first.format_version} is newer than this "
+        raise NewerFormatError(f"database format version {first.format_version} is newer than this "
                     f"rocksmash supports ({FORMAT_VERSION}); upgrade rocksmash")
     version = Version([[] for _ in range(first.num_levels)])
-    log_number = next_file = last_seq = 0
+    log_number = next_file = last_seq = mirror_gen = 0
     for payload in records:
         edit = VersionEdit.decode(payload)
         version = version.apply(edit)
@@ -83,9 +92,11 @@ def load_manifest(dirpath: str) -> ManifestState | None:
             next_file = edit.next_file
         if edit.last_seq is not None:
             last_seq = edit.last_seq
+        if edit.mirror_gen is not None:
+            mirror_gen = edit.mirror_gen
     version.check()
     return ManifestState(parsed[1], version, log_number, next_file, last_seq,
-                         first.epoch or 0)
+                         first.epoch or 0, first.db_id, mirror_gen, tail)
 
 
 class Manifest:
@@ -99,12 +110,14 @@ class Manifest:
 
     @classmethod
     def create(cls, dirpath: str, number: int, version: Version, *, log_number: int,
-               next_file: int, last_seq: int, epoch: int = 0) -> "Manifest":
+               next_file: int, last_seq: int, epoch: int = 0, db_id: str | None = None,
+               mirror_gen: int = 0) -> "Manifest":
         """Write a new manifest holding a snapshot of ``version`` and make it CURRENT."""
         snapshot = VersionEdit(added=list(version.files()), log_number=log_number,
                                next_file=next_file, last_seq=last_seq,
                                format_version=FORMAT_VERSION, num_levels=version.num_levels,
-                               epoch=epoch or None)
+                               epoch=epoch or None, db_id=db_id,
+                               mirror_gen=mirror_gen or None)
         path = os.path.join(dirpath, manifest_name(number))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         try:

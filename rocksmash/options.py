@@ -15,7 +15,7 @@ from cloudtier.units import size_parser
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Options", "parse_size", "COMPRESSIONS"]
+__all__ = ["Options", "parse_size", "parse_duration", "COMPRESSIONS"]
 
 #: Compression names accepted by ``compression``; the code stored per block is the index.
 COMPRESSIONS = ("none", "lz4", "zlib", "zstd")
@@ -25,8 +25,31 @@ COMPRESSIONS = ("none", "lz4", "zlib", "zstd")
 parse_size = size_parser(InvalidArgumentError)
 
 
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|min)?\s*$")
+_DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "min": 60.0}
+
+
+def parse_duration(value: float | int | str, name: str = "duration") -> float:
+    """Seconds from a number or a string like ``"100ms"``, ``"1.5s"``, ``"2min"``."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{name}: expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise InvalidArgumentError(f"{name}: duration must be >= 0, got {value}")
+        return float(value)
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if m:
+            return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    raise InvalidArgumentError(f"{name}: cannot parse duration {value!r} (try 1.5 or '100ms')")
+
+
 def _size(default: int) -> Any:
     return field(default=default, metadata={"size": True})
+
+
+def _duration(default: float) -> Any:
+    return field(default=default, metadata={"duration": True})
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,15 @@ class Options:
     # Create the database if the path holds none; refuse to open an existing one.
     create_if_missing: bool = True
     error_if_exists: bool = False
+    # What recovery does with a WAL segment whose last record is complete but fails its
+    # checksum. No crash of the writing process leaves that (a crash leaves a record cut
+    # short, which is always dropped), so it may be a synced, acknowledged write that was
+    # damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.
+    wal_recovery: str = "strict"
+    # A write blocked longer than this (memtables and L0 full because flush or compaction
+    # cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A
+    # healthy engine stalls for well under a second; a minute means something is wrong.
+    stall_timeout: float = _duration(60.0)
 
     # --- the cloud tier (all ignored without ``object_store``) ---
     # Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``,
@@ -97,6 +129,11 @@ class Options:
     # Compaction writes the hot parts of its cloud output straight into the DataCache
     # (it has the bytes), so hot keys stay cached across compactions.
     compaction_aware_cache: bool = True
+    # How often a tiered writer checks that no other writer has claimed its prefix (one
+    # GET of the epoch object; also done at every flush). A fenced writer's writes raise
+    # FencedError from then on; writes it acknowledged in between may be lost (see
+    # docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.
+    fencing_check_interval: float = _duration(1.0)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
@@ -110,6 +147,8 @@ class Options:
                     f"unknown option {name!r}; known options: {', '.join(sorted(fields))}")
             if f.metadata.get("size"):
                 value = parse_size(value, name)
+            elif f.metadata.get("duration"):
+                value = parse_duration(value, name)
             elif f.type in ("bool", bool):
                 if not isinstance(value, bool):
                     raise InvalidArgumentError(f"{name}: expected True or False, got {value!r}")
@@ -153,6 +192,14 @@ class Options:
             raise InvalidArgumentError("object_store_options: expected a dict")
         if not 0 <= self.object_store_retries <= 100:
             raise InvalidArgumentError("object_store_retries: must be between 0 and 100")
+        if self.wal_recovery not in ("strict", "drop_corrupt_tail"):
+            raise InvalidArgumentError(f"wal_recovery: expected 'strict' or "
+                                       f"'drop_corrupt_tail', got {self.wal_recovery!r}")
+        if not 0.05 <= self.fencing_check_interval <= 3600:
+            raise InvalidArgumentError("fencing_check_interval: must be between 0.05 and "
+                                       "3600 seconds")
+        if self.stall_timeout <= 0:
+            raise InvalidArgumentError("stall_timeout: must be > 0")
         self.budget_for(0)  # validates local_budget
 
     def budget_for(self, total_table_bytes: int) -> int:

@@ -152,6 +152,11 @@ class VersionEdit:
     num_levels: int | None = None
     #: Cloud tier: the writer epoch of the session that wrote this manifest.
     epoch: int | None = None
+    #: The database's identity (a UUID made at creation), in the snapshot record.
+    db_id: str | None = None
+    #: Cloud tier: the generation of the mirror that publishes this edit's cloud files
+    #: (logged before the publish), so open can tell a mirror newer than this manifest.
+    mirror_gen: int | None = None
 
     def encode(self) -> bytes:
         import json
@@ -167,7 +172,8 @@ class VersionEdit:
         if self.deleted:
             d["del"] = [[lvl, n] for lvl, n in self.deleted]
         for key, value in (("log", self.log_number), ("next", self.next_file),
-                           ("seq", self.last_seq), ("epoch", self.epoch)):
+                           ("seq", self.last_seq), ("epoch", self.epoch), ("id", self.db_id),
+                           ("mgen", self.mirror_gen)):
             if value is not None:
                 d[key] = value
         return json.dumps(d, separators=(",", ":")).encode()
@@ -185,7 +191,12 @@ class VersionEdit:
                 deleted=[(int(x[0]), int(x[1])) for x in d.get("del", ())],
                 log_number=d.get("log"), next_file=d.get("next"), last_seq=d.get("seq"),
                 format_version=d.get("format_version"), num_levels=d.get("num_levels"),
-                epoch=d.get("epoch"))
+                epoch=d.get("epoch"), db_id=d.get("id"), mirror_gen=d.get("mgen"))
+            for name in ("log_number", "next_file", "last_seq", "epoch", "mirror_gen"):
+                if getattr(edit, name) is not None and type(getattr(edit, name)) is not int:
+                    raise TypeError(f"{name} is not an integer")
+            if edit.db_id is not None and type(edit.db_id) is not str:
+                raise TypeError("id is not a string")
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise CorruptionError(f"manifest: malformed version edit ({e})") from None
         return edit

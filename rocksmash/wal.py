@@ -27,9 +27,9 @@ import zlib
 from dataclasses import dataclass
 
 from .env import fsync_dir, write_all
-from .errors import CorruptionError
+from .errors import ClosedError, CorruptionError, NewerFormatError
 from .filenames import segment_name
-from .log_format import encode_record, read_records
+from .log_format import CLEAN, DAMAGED, encode_record, read_records
 from .write_batch import KIND_PUT, is_valid_batch
 
 _PUT1 = struct.Struct("<QIBI")
@@ -57,10 +57,18 @@ class WalWriter:
         self.path = os.path.join(dirpath, segment_name(number))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
                            0o644)
-        head = _HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, number, table_number, first_seq)
-        write_all(self._fd, head + struct.pack("<I", zlib.crc32(head)))
-        os.fsync(self._fd)
-        fsync_dir(dirpath)
+        try:
+            head = _HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, number, table_number, first_seq)
+            write_all(self._fd, head + struct.pack("<I", zlib.crc32(head)))
+            os.fsync(self._fd)
+            fsync_dir(dirpath)
+        except BaseException:  # a full disk: leave no half-made segment behind
+            os.close(self._fd)
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            raise
         #: Bytes written so far (header included); :meth:`sync` makes them durable.
         self.offset = HEADER_SIZE
         self.synced = HEADER_SIZE
@@ -91,8 +99,15 @@ class WalWriter:
         """Make every record added so far durable."""
         upto = self.offset
         if self.synced < upto:
+            if self._fd < 0:
+                raise ClosedError(f"{self.path}: WAL segment is closed")
             os.fdatasync(self._fd)
             self.synced = upto
+
+    def truncate(self) -> None:
+        """Cut the file back to the end of the last record added (after a failed append
+        left part of a record behind)."""
+        os.ftruncate(self._fd, self.offset)
 
     def close(self) -> None:
         fd, self._fd = self._fd, -1
@@ -122,8 +137,11 @@ def _parse_header(data: bytes, name: str) -> tuple[int, int, int] | None:
     (crc,) = struct.unpack_from("<I", data, _HEADER.size)
     if magic != SEGMENT_MAGIC or crc != zlib.crc32(data[:_HEADER.size]):
         raise CorruptionError(f"{name}: bad segment header")
+    if version > FORMAT_VERSION:
+        raise NewerFormatError(f"{name}: WAL format version {version} is newer than this "
+                               f"rocksmash understands ({FORMAT_VERSION}); upgrade rocksmash")
     if version != FORMAT_VERSION:
-        raise CorruptionError(f"{name}: unsupported WAL format version {version}")
+        raise CorruptionError(f"{name}: unknown WAL format version {version}")
     return number, table_number, first_seq
 
 
@@ -134,9 +152,13 @@ def read_segment_header(path: str) -> Segment | None:
     return None if head is None else Segment(*head, [], HEADER_SIZE, False)
 
 
-def read_segment(path: str) -> Segment:
-    """Read a segment; a torn tail is reported, damage before valid data raises CorruptionError.
+def read_segment(path: str, *, drop_damaged_tail: bool = False) -> Segment:
+    """Read a segment. A torn tail (the last record cut short by a crash mid-append: it
+    was never complete, so never synced) is dropped and reported in ``torn``.
 
+    A last record that is complete but fails its checksum may be a write acknowledged as
+    synced, so it raises CorruptionError unless ``drop_damaged_tail`` (the
+    ``wal_recovery="drop_corrupt_tail"`` option). Damage before valid data always raises.
     A header cut short by a crash at creation (nothing after it was ever written) reads
     as an empty, torn segment.
     """
@@ -147,5 +169,12 @@ def read_segment(path: str) -> Segment:
     if head is None:
         return Segment(-1, -1, 0, [], 0, True)
     number, table_number, first_seq = head
-    records, good_end, torn = read_records(data, HEADER_SIZE, name=name, valid=is_valid_batch)
-    return Segment(number, table_number, first_seq, records, good_end, torn)
+    records, good_end, ending = read_records(data, HEADER_SIZE, name=name,
+                                             valid=is_valid_batch)
+    if ending == DAMAGED and not drop_damaged_tail:
+        raise CorruptionError(
+            f"{name}: the last record (offset {good_end}) is complete but fails its "
+            f"checksum; it may be an acknowledged write, so it is not dropped as a torn "
+            f"tail. To drop it and open anyway, reopen with "
+            f"wal_recovery='drop_corrupt_tail'")
+    return Segment(number, table_number, first_seq, records, good_end, ending != CLEAN)

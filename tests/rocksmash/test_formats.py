@@ -14,7 +14,7 @@ from rocksmash import CorruptionError
 from rocksmash.block import Block, BlockBuilder, decode_stored, encode_stored
 from rocksmash.bloom import BloomFilter, build_filter, key_hash
 from rocksmash.env import LocalFile
-from rocksmash.log_format import encode_record, read_records
+from rocksmash.log_format import CLEAN, TORN, encode_record, read_records
 from rocksmash.memtable import MISSING
 from rocksmash.table import Table
 from rocksmash.table_builder import TableBuilder, shortest_separator
@@ -27,7 +27,7 @@ PAYLOADS = st.lists(st.binary(min_size=1, max_size=300), max_size=20)
 def test_records_round_trip(payloads):
     data = b"".join(encode_record(p) for p in payloads)
     got, end, torn = read_records(data)
-    assert got == payloads and end == len(data) and not torn
+    assert got == payloads and end == len(data) and torn == CLEAN
 
 
 @given(PAYLOADS.filter(bool), st.data())
@@ -35,7 +35,7 @@ def test_any_cut_is_a_torn_tail(payloads, data):
     blob = b"".join(encode_record(p) for p in payloads)
     cut = data.draw(st.integers(0, len(blob) - 1))
     got, end, torn = read_records(blob[:cut])
-    assert torn or cut == end
+    assert torn == TORN or cut == end
     assert got == payloads[:len(got)]  # a prefix, never a wrong record
     assert end <= cut
 
