@@ -16,7 +16,7 @@ from .block import Block, TRAILER_SIZE, decode_stored
 from .block_cache import BlockCache
 from .bloom import BloomFilter
 from .env import RandomAccessFile
-from .errors import CorruptionError
+from .errors import CorruptionError, NewerFormatError
 from .memtable import MISSING
 from .table_format import FOOTER, FOOTER_SIZE, FORMAT_VERSION, HANDLE, TABLE_MAGIC
 
@@ -46,12 +46,16 @@ def read_table_meta(file: RandomAccessFile, name: str) -> TableMeta:
     size = file.size()
     if size < FOOTER_SIZE:
         raise CorruptionError(f"{name}: file too short ({size} bytes)")
+    footer = file.read(size - FOOTER_SIZE, FOOTER_SIZE)
+    if len(footer) != FOOTER_SIZE:
+        raise CorruptionError(f"{name}: cut short (the footer is {len(footer)} of "
+                              f"{FOOTER_SIZE} bytes at the recorded size {size})")
     (f_off, f_size, i_off, i_size, p_off, p_size, version,
-     magic) = FOOTER.unpack(file.read(size - FOOTER_SIZE, FOOTER_SIZE))
+     magic) = FOOTER.unpack(footer)
     if magic != TABLE_MAGIC:
         raise CorruptionError(f"{name}: bad magic (not a table, or truncated)")
     if version > FORMAT_VERSION:
-        raise CorruptionError(f"{name}: table format {version} is newer than this "
+        raise NewerFormatError(f"{name}: table format {version} is newer than this "
                               f"rocksmash understands ({FORMAT_VERSION})")
     for off, sz in ((f_off, f_size), (i_off, i_size), (p_off, p_size)):
         if off + sz + TRAILER_SIZE > size - FOOTER_SIZE:
