@@ -35,7 +35,7 @@ import lz4.block
 import zstandard
 
 from .errors import CorruptionError
-from .options import COMPRESSIONS
+from .formats import COMPRESSION_CODES
 
 __all__ = ["Block", "BlockBuilder", "encode_stored", "decode_stored", "TRAILER_SIZE"]
 
@@ -203,7 +203,7 @@ class BlockBuilder:
 
 def encode_stored(raw: bytes, compression: str) -> bytes:
     """Compress ``raw`` (keeping it raw if that saves under 1/8) and append the trailer."""
-    ctype = COMPRESSIONS.index(compression)
+    ctype = COMPRESSION_CODES[compression]
     data = raw
     if ctype == 1:
         data = lz4.block.compress(raw, store_size=True)

@@ -47,6 +47,7 @@ from cloudtier import NotFoundError, ObjectStore, PreconditionFailedError, Store
 
 from .errors import (CorruptionError, FencedError, InvalidArgumentError, NewerFormatError,
                      ObjectStoreError, UnavailableError)
+from .formats import CLOUD_OBJECT_FORMAT
 from .log_format import CLEAN, encode_record, read_records
 from .version import CLOUD, FileMeta
 
@@ -54,8 +55,8 @@ __all__ = ["CloudFile", "CloudTier", "store_errors"]
 
 EPOCH_KEY = "epoch"
 MIRROR_KEY = "manifest"
-#: Format of the epoch and mirror objects. 1 (retired): bare JSON, no checksum, no id.
-MIRROR_FORMAT = 2
+#: Format of the epoch and mirror objects (formats.py).
+MIRROR_FORMAT = CLOUD_OBJECT_FORMAT
 
 
 def store_errors(what: str, e: StoreError) -> Exception:

@@ -63,6 +63,7 @@ from typing import Any
 
 from .env import FileLock, write_file_atomic
 from .errors import ClosedError, InvalidArgumentError
+from .formats import DATA_CACHE_INDEX_MAGIC
 
 __all__ = ["DataCache", "RECORD_HEADER_SIZE", "DROP_BLOCK"]
 
@@ -87,7 +88,7 @@ _RECORD = struct.Struct("<QIII")       # ... and the crc
 RECORD_HEADER_SIZE = _RECORD.size      # 20
 DROP_BLOCK = 0xFFFFFFFF                # block number of a drop-table tombstone
 _CRC = struct.Struct("<I")
-_INDEX_MAGIC = b"rmshDCI1"
+_INDEX_MAGIC = DATA_CACHE_INDEX_MAGIC
 _INDEX_HEAD = struct.Struct("<8sII")   # magic, segments, entries
 _INDEX_SEG = struct.Struct("<QQ")      # segment number, size
 _INDEX_ENTRY = struct.Struct("<QIQIIIB")  # table, block, segment, offset, length, hits, freq

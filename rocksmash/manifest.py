@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from .env import fsync_dir, write_all, write_file_atomic
 from .errors import CorruptionError, NewerFormatError
 from .filenames import CURRENT, manifest_name, parse_name
+from .formats import DB_FORMAT_VERSION
 from .log_format import CLEAN, encode_record, read_records
 from .version import FileMeta, Version, VersionEdit
 
 __all__ = ["Manifest", "ManifestState", "load_manifest", "FORMAT_VERSION"]
 
 #: Database format version. An older rocksmash refuses a database with a newer one.
-FORMAT_VERSION = 1
+FORMAT_VERSION = DB_FORMAT_VERSION
 
 
 @dataclass

@@ -49,20 +49,19 @@ from operator import add
 from typing import Any
 
 from .env import fsync_dir, write_all
-from .errors import CorruptionError, InvalidArgumentError
+from .errors import CorruptionError, InvalidArgumentError, NewerFormatError
+from .formats import META_FLAG_OFFSETS, META_FORMAT_VERSION
 from .table import TableMeta
 
 __all__ = ["TableMeta", "encode_table_meta", "decode_table_meta", "MetaCache",
            "META_FORMAT_VERSION"]
 
-#: MashMeta format version. Frozen: a layout change bumps it, and old code refuses newer.
-META_FORMAT_VERSION = 1
 #: Keys stored whole every RESTART_INTERVAL keys. Restarts let a lazy reader seek by
 #: bisecting over restart keys and decode at most R keys. 16 as in LevelDB: on 24-byte
 #: keys it costs 1.1 B per block (10.9 vs 9.8 B/block of index without restarts).
 RESTART_INTERVAL = 16
 _TRAILER = 5            # the table format's block trailer (compression u8 + crc u32)
-_FLAG_OFFSETS = 1
+_FLAG_OFFSETS = META_FLAG_OFFSETS
 _CRC = struct.Struct("<I")
 _WIDTH_CODE = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _LITTLE = sys.byteorder == "little"
@@ -196,9 +195,11 @@ def decode_table_meta(data: bytes) -> TableMeta:
     body_end = len(data) - _CRC.size
     if zlib.crc32(memoryview(data)[:body_end]) != _CRC.unpack_from(data, body_end)[0]:
         raise CorruptionError("MashMeta: checksum mismatch")
+    if data[0] > META_FORMAT_VERSION:
+        raise NewerFormatError(f"MashMeta: format version {data[0]} is newer than this "
+                               f"rocksmash understands ({META_FORMAT_VERSION})")
     if data[0] != META_FORMAT_VERSION:
-        raise CorruptionError(f"MashMeta: format version {data[0]} is not the one this "
-                              f"rocksmash understands ({META_FORMAT_VERSION})")
+        raise CorruptionError(f"MashMeta: unknown format version {data[0]}")
     try:
         return _decode_body(data, body_end)
     except (IndexError, ValueError, TypeError, KeyError) as e:

@@ -8,17 +8,19 @@ An unknown option raises :class:`~rocksmash.errors.InvalidArgumentError` naming 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from cloudtier.units import size_parser
 
 from .errors import InvalidArgumentError
+from .formats import COMPRESSION_CODES
 
 __all__ = ["Options", "parse_size", "parse_duration", "COMPRESSIONS"]
 
-#: Compression names accepted by ``compression``; the code stored per block is the index.
-COMPRESSIONS = ("none", "lz4", "zlib", "zstd")
+#: Compression names accepted by ``compression`` (their codes on disk: formats.py).
+COMPRESSIONS = tuple(COMPRESSION_CODES)
 
 #: Sizes parse as everywhere in the project (cloudtier.units); bad ones raise
 #: InvalidArgumentError.

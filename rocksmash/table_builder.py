@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 
 from .block import BlockBuilder, encode_stored
@@ -142,7 +141,6 @@ class TableBuilder:
             "max_seq": self._max_seq,
             "compression": self._compression,
             "bloom_bits_per_key": self._bloom_bits,
-            "created": int(time.time()),
         }
         props_h = self._write(json.dumps(props, separators=(",", ":")).encode(), "none")
         self._f.write(FOOTER.pack(*HANDLE.unpack(filter_h), *HANDLE.unpack(index_h),

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import struct
 
+from .formats import TABLE_FORMAT_VERSION as FORMAT_VERSION
+from .formats import TABLE_MAGIC
+
 __all__ = ["FOOTER", "FOOTER_SIZE", "HANDLE", "TABLE_MAGIC", "FORMAT_VERSION"]
 
-TABLE_MAGIC = b"rmshSST1"
-FORMAT_VERSION = 1
 HANDLE = struct.Struct("<QI")
 FOOTER = struct.Struct("<QIQIQII8s")
 FOOTER_SIZE = FOOTER.size

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .errors import CorruptionError
+from .formats import TIER_CLOUD, TIER_LOCAL
 
 __all__ = ["FileMeta", "Version", "VersionEdit", "LOCAL", "CLOUD"]
 
 
 #: Where a table lives: a local file ``<number>.sst``, or an object in the object store.
-LOCAL = 0
-CLOUD = 1
+LOCAL = TIER_LOCAL
+CLOUD = TIER_CLOUD
 
 
 @dataclass(eq=False, slots=True)

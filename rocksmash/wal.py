@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from .env import fsync_dir, write_all
 from .errors import ClosedError, CorruptionError, NewerFormatError
 from .filenames import segment_name
+from .formats import WAL_FORMAT_VERSION as FORMAT_VERSION, WAL_MAGIC
 from .log_format import CLEAN, DAMAGED, encode_record, read_records
 from .write_batch import KIND_PUT, is_valid_batch
 
@@ -38,8 +39,7 @@ crc32 = zlib.crc32
 
 __all__ = ["WalWriter", "Segment", "read_segment", "read_segment_header", "SEGMENT_MAGIC"]
 
-SEGMENT_MAGIC = b"rmshWAL\x01"
-FORMAT_VERSION = 1
+SEGMENT_MAGIC = WAL_MAGIC
 _HEADER = struct.Struct("<8sIQQQ")
 HEADER_SIZE = _HEADER.size + 4
 

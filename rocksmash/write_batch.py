@@ -18,12 +18,11 @@ import struct
 from typing import Iterator
 
 from .errors import CorruptionError, InvalidTypeError
+from .formats import KIND_DELETE, KIND_PUT
 
 __all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "encode_batch", "encode_put",
            "decode_batch"]
 
-KIND_DELETE = 0
-KIND_PUT = 1
 
 _HEAD = struct.Struct("<QI")
 _PUT1 = struct.Struct("<QIBI")

@@ -148,5 +148,5 @@ def test_newer_format_is_refused(tmp_path):
             pass
     finally:
         m.FORMAT_VERSION = old
-    with pytest.raises(rocksmash.Error, match="newer"):
+    with pytest.raises(rocksmash.NewerFormatError, match="newer"):
         rocksmash.open(tmp_path, **OPTS)

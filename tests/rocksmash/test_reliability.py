@@ -1,5 +1,5 @@
 """Failure paths of the local engine, each found by attacking it (see docs/format.md,
-"Torn tails", and docs/architecture.md, "Failure behaviour"): damaged last records of the
+"Torn tails", and the README's "Failures"): damaged last records of the
 manifest and the WAL, long torn tails, a full disk, close racing with threads, iterators
 closed midway, a fork, and bad input that must raise from the documented hierarchy."""
 
