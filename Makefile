@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test test-fast lint venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench,training]'
+	$(PY) -m pip install -q -e '.[test,bench,training,lint]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -22,6 +22,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	sh scripts/install-system-deps.sh
 	$(PY) -m pytest -q
+
+# The edit-test loop: unit tests only (no slow tests, no server processes); about a
+# third of the suite's time. `make test` stays the whole suite.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not server"
+
+# ruff (pyflakes, pycodestyle, bugbear) on everything; mypy on rocksmash and cloudtier
+# (configured in pyproject.toml). CI runs it beside `make test`.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -29,7 +29,7 @@ import threading
 import zlib
 from array import array
 from itertools import accumulate
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import lz4.block
 import zstandard
@@ -54,7 +54,7 @@ def _zstd_contexts() -> tuple[Any, Any]:
     return ctx
 
 
-def _ints(view: memoryview, fmt: str) -> memoryview | array:
+def _ints(view: memoryview, fmt: Literal["I", "Q"]) -> memoryview | array:
     if _LITTLE:
         return view.cast(fmt)
     arr = array(fmt, view)
@@ -132,6 +132,7 @@ class Block:
     def values(self, lo: int, hi: int) -> list[bytes | None]:
         """Values of entries ``lo:hi`` (None for deletions), for scans."""
         n = len(self.keys)
+        out: list[bytes | None]
         if lo == 0 and hi == n or hi - lo > 8:  # split all of them at C speed
             out = list(_split(self.raw, self.vbase, self.voffs_raw, n)[lo:hi])
         else:
@@ -143,7 +144,7 @@ class Block:
             for j, kind in enumerate(kinds):
                 if not kind:
                     out[j] = None
-        return out  # type: ignore[return-value]
+        return out
 
     def value(self, i: int) -> bytes | None:
         """The value of entry ``i``, or None if the entry is a deletion."""

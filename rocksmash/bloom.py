@@ -79,6 +79,7 @@ class BloomFilter:
         self.data = data
         self.k, self.nwords = _HEAD.unpack_from(data, 0)
         body = data[_HEAD.size:_HEAD.size + 8 * self.nwords]
+        self.words: memoryview | array[int]
         if sys.byteorder == "little":
             self.words = memoryview(body).cast("Q")
         else:

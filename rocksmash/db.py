@@ -18,13 +18,12 @@ and writers publish in the reverse order (a sealed memtable joins ``_imm`` befor
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 import time
 import uuid
 import weakref
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from typing import Any, Callable, Iterator
 
 from . import filenames
@@ -666,7 +665,7 @@ class DB:
                         continue
                 r = t.get(key, seq)
                 if r is not MISSING:
-                    return r  # type: ignore[return-value]
+                    return r
         for largest, smallest, tables in v.level_search:
             i = bisect_left(largest, key)
             if i < len(largest) and smallest[i] <= key:
@@ -678,7 +677,7 @@ class DB:
                         continue
                 r = t.get(key, seq)
                 if r is not MISSING:
-                    return r  # type: ignore[return-value]
+                    return r
         return None
 
     def multi_get(self, keys: list[bytes], *, snapshot: Snapshot | None = None
@@ -1298,15 +1297,16 @@ class DB:
     def _abandon(self) -> None:
         """After a failed open: release everything that was acquired, never raising (the
         open's own error is the one to see), so the next open can succeed."""
-        for step in (self._shutdown_workers,
-                     lambda: [w.close() for w in getattr(self, "_old_wals", [])],
-                     lambda: getattr(self, "_wal", None) and self._wal.close(),
-                     lambda: getattr(self, "_manifest", None) and self._manifest.close(),
-                     lambda: getattr(self, "_data_cache", None) and self._data_cache.close(),
-                     lambda: getattr(self, "_cloud", None) and self._cloud.close(),
-                     self._file_lock.release):
+        self._shutdown_workers()
+        held = [*getattr(self, "_old_wals", []), getattr(self, "_wal", None),
+                getattr(self, "_manifest", None), getattr(self, "_data_cache", None),
+                getattr(self, "_cloud", None), self._file_lock]
+        for thing in held:
             try:
-                step()
+                if isinstance(thing, FileLock):
+                    thing.release()
+                elif thing is not None:
+                    thing.close()
             except Exception:
                 pass
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 import time
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
             with db.snapshot() as snap:
                 db.delete(b"user00000100")
                 print("after delete: get ->", db.get(b"user00000100"),
-                      "| snapshot still sees ->", snap.get(b"user00000100")[:12])
+                      "| snapshot still sees ->", (snap.get(b"user00000100") or b"")[:12])
             db.flush()
             s = db.stats()
             shape = ", ".join(f"L{lv['level']}:{lv['files']}" for lv in s["levels"] if lv["files"])

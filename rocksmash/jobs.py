@@ -219,7 +219,7 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
     """
     st = _store(store)
     before = _traffic(st) if isinstance(store, dict) else None
-    tables = []
+    tables: list[list[Table]] = []
     try:
         for run in runs:
             tables.append([_open_input(src, st) for src in run])
@@ -245,8 +245,8 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
                     raise store_errors(f"uploading {key}", e) from e
         return {"tables": infos, "traffic": _delta(_traffic(st), before)}
     finally:
-        for run in tables:
-            for t in run:
+        for opened in tables:
+            for t in opened:
                 t.close()
 
 

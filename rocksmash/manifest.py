@@ -24,7 +24,7 @@ from .errors import CorruptionError, NewerFormatError
 from .filenames import CURRENT, manifest_name, parse_name
 from .formats import DB_FORMAT_VERSION
 from .log_format import CLEAN, encode_record, read_records
-from .version import FileMeta, Version, VersionEdit
+from .version import Version, VersionEdit
 
 __all__ = ["Manifest", "ManifestState", "load_manifest", "FORMAT_VERSION"]
 

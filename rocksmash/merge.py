@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import chain
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Generator, Iterable, Iterator, Sequence
 
 __all__ = ["merge_forward", "merge_reverse", "Chunk"]
 
-Chunk = tuple[list[bytes], list["bytes | None"]]
+Chunk = tuple[Sequence[bytes], list["bytes | None"]]
 
 
 def _live(keys: list[bytes], values: list[bytes | None]) -> Iterator[tuple[bytes, bytes]]:
@@ -57,7 +57,7 @@ def merge_reverse(sources: Iterable[Iterator[Chunk]],
 
 
 def _forward_runs(sources: Iterable[Iterator[Chunk]], release: Callable[[], None] | None
-                  ) -> Iterator[Iterator[tuple[bytes, bytes]]]:
+                  ) -> Generator[Iterator[tuple[bytes, bytes]], None, None]:
     try:
         # Each head: [keys, values, pos, source, priority]; exhausted heads are dropped.
         heads: list[list] = []
@@ -103,7 +103,7 @@ def _forward_runs(sources: Iterable[Iterator[Chunk]], release: Callable[[], None
 
 
 def _reverse_runs(sources: Iterable[Iterator[Chunk]], release: Callable[[], None] | None
-                  ) -> Iterator[Iterator[tuple[bytes, bytes]]]:
+                  ) -> Generator[Iterator[tuple[bytes, bytes]], None, None]:
     """Here a head's live part of its chunk is ``keys[:end]``, consumed from the back."""
     try:
         heads: list[list] = []  # [keys, values, end, source, priority]

@@ -43,10 +43,9 @@ import tempfile
 import threading
 import zlib
 from array import array
-from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import add
-from typing import Any
+from typing import Literal
 
 from .env import fsync_dir, write_all
 from .errors import CorruptionError, InvalidArgumentError, NewerFormatError
@@ -63,7 +62,7 @@ RESTART_INTERVAL = 16
 _TRAILER = 5            # the table format's block trailer (compression u8 + crc u32)
 _FLAG_OFFSETS = META_FLAG_OFFSETS
 _CRC = struct.Struct("<I")
-_WIDTH_CODE = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_WIDTH_CODE: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _LITTLE = sys.byteorder == "little"
 _FILE_SUFFIX = ".mmeta"
 

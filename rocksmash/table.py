@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .block import Block, TRAILER_SIZE, decode_stored
 from .block_cache import BlockCache
@@ -33,7 +33,7 @@ class TableMeta:
     (``offsets[i+1] == offsets[i] + sizes[i] + 5``).
     """
 
-    index_keys: list[bytes]
+    index_keys: Sequence[bytes]
     offsets: list[int]
     sizes: list[int]
     filter: bytes
@@ -229,7 +229,7 @@ class Table:
         return blk.raw[base + voffs[j]:base + voffs[j + 1]]
 
     def _chunk(self, blk: Block, lo: int, hi: int, seq: int
-               ) -> tuple[list[bytes], list[bytes | None]]:
+               ) -> tuple[Sequence[bytes], list[bytes | None]]:
         """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key."""
         if self.unique and seq >= self.max_seq:
             # Fast path (the common case): one version per key, all visible.
@@ -246,7 +246,7 @@ class Table:
         return keys, vals
 
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool,
-             seq: int) -> Iterator[tuple[list[bytes], list[bytes | None]]]:
+             seq: int) -> Iterator[tuple[Sequence[bytes], list[bytes | None]]]:
         """Chunks (one per block) of keys in [start, end) as seen at ``seq``, for
         merge.py: ascending chunks, or descending chunks when ``reverse``."""
         index_keys = self.index_keys

@@ -17,7 +17,7 @@ import struct
 import subprocess
 import sys
 import threading
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from .errors import Error
 
@@ -32,7 +32,7 @@ class WorkerDied(Error):
     retriable = True
 
 
-def _read_frame(f: BinaryIO) -> bytes | None:
+def _read_frame(f: IO[bytes]) -> bytes | None:
     head = f.read(4)
     if len(head) < 4:
         return None
@@ -41,7 +41,7 @@ def _read_frame(f: BinaryIO) -> bytes | None:
     return data if len(data) == n else None
 
 
-def _write_frame(f: BinaryIO, data: bytes) -> None:
+def _write_frame(f: IO[bytes], data: bytes) -> None:
     f.write(_LEN.pack(len(data)))
     f.write(data)
     f.flush()
@@ -143,6 +143,7 @@ def main() -> None:
         if frame is None:
             return
         job, kwargs = pickle.loads(frame)
+        reply: tuple[bool, Any]
         try:
             reply = (True, JOBS[job](**kwargs))
         except Exception as e:  # sent back and raised in the parent

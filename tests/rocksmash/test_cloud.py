@@ -10,7 +10,6 @@ import uuid
 
 import pytest
 
-import cloudtier
 import rocksmash
 from rocksmash import FencedError, UnavailableError
 

@@ -5,7 +5,6 @@ database's prefix."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid

@@ -14,7 +14,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invariant,
-                                 precondition, rule)
+                                 rule)
 
 import rocksmash
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 import rocksmash
-from rocksmash import ClosedError, CorruptionError, Error, InvalidArgumentError, InvalidTypeError
+from rocksmash import ClosedError, CorruptionError, InvalidArgumentError, InvalidTypeError
 from rocksmash.filenames import parse_name
 from rocksmash.log_format import DAMAGED, TORN, encode_record, read_records
 
