@@ -324,7 +324,7 @@ class MetaCache:
             os.close(fd)
         try:
             return decode_table_meta(data)
-        except CorruptionError:
+        except (CorruptionError, NewerFormatError):  # a cache: refetch what it cannot read
             with self._lock:
                 # Remove only the file we read: a concurrent put may have replaced it.
                 try:

@@ -141,17 +141,19 @@ def test_stalled_writes_end_in_a_clear_error(tmp_path):
     UnavailableError after stall_timeout instead of blocking for ever."""
     store = Switch(cloudtier.open_store(f"memory://{uuid.uuid4().hex}/db"),
                    cloudtier.TransientError("503 SlowDown"))
+    with rocksmash.open(tmp_path, **CLOUDY, object_store=store) as db:
+        load(db, 200)
+        db.compact_range()
     db = rocksmash.open(tmp_path, **CLOUDY, object_store=store, object_store_retries=0,
                         stall_timeout=1, l0_stop_writes_trigger=3)
     try:
-        load(db, 200)
-        db.compact_range()
         store.broken = True
         with pytest.raises(UnavailableError, match="stalled"):
             for i in range(1_000_000):
                 db.put(b"new%07d" % i, b"v" * 100)
         store.broken = False  # the outage ends: the database carries on by itself
-        until(lambda: db.stats()["levels"][0]["files"] < 3, what="compaction to catch up")
+        until(lambda: db.stats()["levels"][0]["files"] < 3, seconds=90,
+              what="compaction to catch up")
         db.put(b"after", b"outage")
         assert db.get(b"after") == b"outage"
     finally:

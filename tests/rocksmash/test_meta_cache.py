@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from rocksmash import CorruptionError, InvalidArgumentError
+from rocksmash import CorruptionError, InvalidArgumentError, NewerFormatError
 from rocksmash.block import decode_stored
 from rocksmash.env import LocalFile
 from rocksmash.meta_cache import (META_FORMAT_VERSION, RESTART_INTERVAL, MetaCache,
@@ -98,7 +98,7 @@ def reseal(body: bytes) -> bytes:
 def test_newer_version_is_refused_by_name():
     enc = bytearray(encode_table_meta(small_meta()))
     enc[0] = META_FORMAT_VERSION + 1
-    with pytest.raises(CorruptionError, match="version"):
+    with pytest.raises(NewerFormatError, match="version"):
         decode_table_meta(reseal(bytes(enc[:-4])))
 
 
