@@ -205,7 +205,10 @@ def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     reads = (summary.get("mix") or {}).get("read", 0)
     ops = summary.get("items", 0)
     lat = (summary.get("latency") or {}).get("all", {})
-    per_k = (lambda n, of: None if n is None or not of else 1000.0 * n / of)
+
+    def per_k(n: int | None, of: int) -> float | None:
+        return None if n is None or not of else 1000.0 * n / of
+
     return {
         "throughput": summary.get("throughput"), "p50_us": lat.get("p50_us"),
         "p99_us": lat.get("p99_us"), "ops": ops, "reads": reads,
@@ -239,8 +242,11 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
     records, ops, seed = int(plan["records"]), int(plan["ops"]), int(plan["seed"])
     max_s = plan.get("max_seconds")
     show = bool(plan.get("progress"))
-    stream = (lambda w, s, n: StreamConfig(CORE_WORKLOADS[w], records, n, 1, plan["distribution"],
-                                           plan["key_size"], plan["value_size"], seed=s))
+
+    def stream(workload: str, stream_seed: int, count: int) -> StreamConfig:
+        return StreamConfig(CORE_WORKLOADS[workload], records, count, 1, plan["distribution"],
+                            plan["key_size"], plan["value_size"], seed=stream_seed)
+
     res: dict[str, Any] = {"name": name, "system": system, "status": "ok", "error": None,
                            "phases": [], "compactions": [], "shape": {}, "timing": {},
                            "stream": {"workload": workloads[0]}}

@@ -56,11 +56,10 @@ def cache_pairs(flat: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     for key, hits in flat.items():
         if not _is_number(hits):
             continue
-        m = None
-        for m in _HIT_RE.finditer(key):
-            pass  # the last "hit" in the key names the counter
-        if m is None:
+        matches = list(_HIT_RE.finditer(key))
+        if not matches:
             continue
+        m = matches[-1]  # the last "hit" in the key names the counter
         word = m.group(1)
         miss_word = {"hit": "miss", "hits": "misses", "Hit": "Miss", "Hits": "Misses"}.get(word, "misses" if word.lower().endswith("s") else "miss")
         miss_key = key[:m.start()] + miss_word + key[m.end():]
