@@ -310,7 +310,7 @@ def test_racing_if_none_match_has_exactly_one_winner(
     if not conditional_puts.if_none_match_atomic:
         pytest.skip(f"{backend} evaluates If-None-Match check-then-act, not atomically")
     stores = [make_store() for _ in range(2)]  # two instances: two locks / connection pools
-    contenders, rounds = 16, 5
+    contenders, rounds = 16, 3
 
     for r in range(rounds):
         winners: list[int] = []
