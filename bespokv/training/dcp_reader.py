@@ -91,7 +91,8 @@ class KVStorageReader(StorageReader):
             in_window = 0
             for index, reqs in by_item.items():
                 loc = self.storage_data[index]
-                window.append((loc, reqs, self._fetch(pool, loc)))
+                direct = self._whole_destination(loc, reqs, planner)
+                window.append((loc, reqs, direct, self._fetch(pool, loc, direct)))
                 in_window += sum(c[2] for c in loc["chunks"])
                 if in_window >= WINDOW_BYTES:
                     self._deliver(window, planner)
@@ -101,12 +102,29 @@ class KVStorageReader(StorageReader):
         fut.set_result(None)
         return fut
 
-    def _fetch(self, pool: ThreadPoolExecutor, loc: dict[str, Any]) -> tuple[Any, list[Any]]:
-        """Start fetching one stored item into a fresh buffer; return (buffer, futures)."""
+    @staticmethod
+    def _whole_destination(loc: dict[str, Any], reqs: list[ReadItem], planner: LoadPlanner) -> torch.Tensor | None:
+        """The destination tensor, when one request wants the whole stored item and the
+        destination is a contiguous CPU tensor of its dtype and shape: then the chunks are
+        copied straight into it (one copy fewer). Else None."""
+        if loc["k"] != "t" or len(reqs) != 1 or reqs[0].type == LoadItemType.BYTE_IO:
+            return None
+        req = reqs[0]
+        shape = list(loc["shape"])
+        if any(req.storage_offsets) or list(req.lengths) != shape or any(req.dest_offsets):
+            return None
+        dest = planner.resolve_tensor(req).detach()
+        if (dest.device.type != "cpu" or not dest.is_contiguous() or list(dest.shape) != shape
+                or str(dest.dtype).removeprefix("torch.") != loc["dtype"]):
+            return None
+        return dest
+
+    def _fetch(self, pool: ThreadPoolExecutor, loc: dict[str, Any], direct: torch.Tensor | None) -> tuple[Any, list[Any]]:
+        """Start fetching one stored item into ``direct`` or a fresh buffer; return
+        (buffer, futures)."""
         total = sum(c[2] for c in loc["chunks"])
         if loc["k"] == "t":
-            dtype = getattr(torch, loc["dtype"])
-            target = torch.empty(loc["shape"], dtype=dtype)
+            target = direct if direct is not None else torch.empty(loc["shape"], dtype=getattr(torch, loc["dtype"]))
             flat = memoryview(target.reshape(-1).view(torch.uint8).numpy()) if total else memoryview(bytearray())
         else:
             target = bytearray(total)
@@ -126,9 +144,12 @@ class KVStorageReader(StorageReader):
 
     @staticmethod
     def _deliver(window: list[Any], planner: LoadPlanner) -> None:
-        for loc, reqs, (target, futs) in window:
+        for loc, reqs, direct, (target, futs) in window:
             for f in futs:
                 f.result()
+            if direct is not None:
+                planner.commit_tensor(reqs[0], direct)
+                continue
             for req in reqs:
                 if req.type == LoadItemType.BYTE_IO:
                     planner.load_bytes(req, io.BytesIO(bytes(target)))
