@@ -10,11 +10,11 @@ What each DCP step does here (torch 2.13's StorageWriter sequence):
 * ``prepare_global_plan`` (coordinator): ``store.begin`` registers the pending record and
   its save id, which travels to every rank in ``SavePlan.storage_data``.
 * ``write_data`` (every rank): each tensor's bytes (the projection DCP asks for: views are
-  made contiguous) are cut into ``chunk_size`` pieces; each piece is hashed (SHA-256),
+  made contiguous) are cut into ``chunk_size`` pieces; each piece is hashed (BLAKE3),
   pinned and uploaded only if the store does not have it (:mod:`~bespokv.training.chunks`),
   ``threads`` at a time. Equal pieces within one save are uploaded once. Each item's
   WriteResult carries its locator: dtype, shape and the list of
-  ``[sha256, token, size, xxh3]`` (the XXH3-64 is what a load verifies).
+  ``[blake3, token, size, xxh3]`` (the XXH3-64 is what a load verifies).
 * ``finish`` (coordinator): the DCP metadata, with every locator, is pickled and committed
   by ``store.commit``: one CAS, the commit point.
 

@@ -10,7 +10,7 @@ key                                    value
 =====================================  ===============================================
 ``ns + b"ck/" + run + b"/" + name``    :class:`CheckpointRecord` (pending or committed)
 ``ns + b"md/" + save_id + b"/%04d"``   part i of the pickled DCP ``Metadata``
-``ns + b"chunk/" + sha256 hex``        :class:`ChunkRecord`: incarnation and holders
+``ns + b"chunk/" + blake3 hex``        :class:`ChunkRecord`: incarnation and holders
 =====================================  ===============================================
 """
 

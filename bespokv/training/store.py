@@ -49,10 +49,12 @@ from bespokv.training.records import (
 
 __all__ = ["CheckpointStore", "SaveStats", "DEFAULT_CHUNK_SIZE", "METADATA_PART"]
 
-#: Bytes per chunk. Big enough that per-chunk costs (one KV CAS or two, one PUT) vanish
-#: next to the transfer; small enough that a change in one part of a big tensor does not
-#: re-upload all of it and that a 1 GiB state dict spreads over the upload threads.
-DEFAULT_CHUNK_SIZE = 8 << 20
+#: Bytes per chunk. Each chunk costs a KV CAS or two, one PUT (S3 bills per request) and,
+#: on ``file://``, an fsync of the file and of its directory: a 512 MiB save ran at
+#: 0.21 GB/s with 32 MiB chunks against 0.16 GB/s with 8 MiB (this machine, loaded). Dedup
+#: works per tensor (each is its own item), so a coarser chunk only costs when part of a
+#: tensor bigger than a chunk changes.
+DEFAULT_CHUNK_SIZE = 32 << 20
 
 #: Bytes of pickled metadata per KV value: under bespokv's 1 MiB default value limit.
 METADATA_PART = 512 << 10
