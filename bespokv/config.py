@@ -159,6 +159,10 @@ class Tuning:
     #: ``blocking = False``, the in-memory one, always run on the loop). False runs every
     #: datalet on the loop (the behaviour before; for measuring what the thread costs).
     datalet_thread: bool = True
+    #: Seconds a node's liveness lease in etcd lives without a keep-alive (whole seconds;
+    #: etcd's own minimum applies, 1 s with the election settings ``EtcdCluster`` uses).
+    #: A killed node is noticed this long after its last keep-alive.
+    lease_ttl: float = 1.0
 
     def __post_init__(self) -> None:
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
@@ -184,6 +188,9 @@ class ClusterConfig:
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
     base_dir: str = "."
+    #: etcd endpoints (``host:port``): when given, the shard map, epochs and liveness live
+    #: in etcd (``etcd_coordinator.py``); otherwise the map is fixed by this file.
+    etcd: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))
@@ -274,6 +281,8 @@ class ClusterConfig:
             )
         limits = Limits(**c.pop("limits", {}))
         tuning = Tuning(**d.get("tuning", {}))
+        etcd = c.pop("etcd", ())
+        etcd = tuple(str(e) for e in ([etcd] if isinstance(etcd, str) else etcd))
         known = {"name", "mode", "shards", "replicas", "vnodes"}
         unknown = set(c) - known
         if unknown:
@@ -292,6 +301,7 @@ class ClusterConfig:
             limits=limits,
             tuning=tuning,
             base_dir=str(base.resolve()),
+            etcd=etcd,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +314,8 @@ class ClusterConfig:
         }
         if self.token:
             cluster["token"] = self.token
+        if self.etcd:
+            cluster["etcd"] = list(self.etcd)
         if self.tls:
             t: dict[str, Any] = {"cert": self.tls.cert, "key": self.tls.key, "mutual": self.tls.mutual}
             if self.tls.ca:

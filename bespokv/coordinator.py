@@ -1,10 +1,10 @@
 """Membership and the shard map, behind a small interface.
 
 Nodes and clients never read the config directly for placement; they ask a
-:class:`Coordinator`. This issue ships :class:`StaticCoordinator` (the shard map is
-computed once from the cluster config and never changes). The next one adds an etcd-backed
-coordinator with leases, failover and epochs behind the same interface, which is why it
-has ``subscribe`` and ``report_unreachable`` although the static one does nothing with them.
+:class:`Coordinator`. :class:`StaticCoordinator` computes the shard map once from the
+cluster config (single-box use: it never changes); ``etcd_coordinator.EtcdCoordinator``
+keeps it in etcd, with node liveness leases, changed by transactions and watched by every
+node (``[cluster] etcd = [...]`` in the config selects it: :func:`make_coordinator`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import abc
 from collections.abc import Callable
 
 from bespokv.config import ClusterConfig
-from bespokv.shardmap import ShardMap
+from bespokv.errors import UnsupportedError
+from bespokv.shardmap import ShardInfo, ShardMap
 
-__all__ = ["Coordinator", "StaticCoordinator"]
+__all__ = ["Coordinator", "StaticCoordinator", "make_coordinator"]
 
 Listener = Callable[[ShardMap], None]
+AliveListener = Callable[[set[str]], None]
 
 
 class Coordinator(abc.ABC):
@@ -46,6 +48,23 @@ class Coordinator(abc.ABC):
     async def report_unreachable(self, node_id: str) -> None:  # noqa: B027 - optional hook
         """A node could not reach ``node_id``; a dynamic coordinator may start a failover."""
 
+    def subscribe_alive(self, listener: AliveListener) -> Callable[[], None]:
+        """Call ``listener(alive_node_ids)`` whenever the set of live nodes changes
+        (never, for a coordinator that does not track liveness)."""
+        return lambda: None
+
+    def can_serve(self) -> bool:
+        """False while this node cannot be sure it is still a member (its lease may have
+        expired, so the cluster may have failed over without it): it then serves nothing
+        that needs its role (fencing a paused or cut-off node)."""
+        return True
+
+    async def change_shard(
+        self, shard_id: int, change: Callable[[ShardInfo], ShardInfo | None]
+    ) -> ShardMap | None:
+        """Replace a shard's entry atomically (failover); None when nothing changed."""
+        raise UnsupportedError("this coordinator's shard map is fixed")
+
     @property
     def _listeners(self) -> list[Listener]:
         ls = self.__dict__.get("_listeners_list")
@@ -63,3 +82,12 @@ class StaticCoordinator(Coordinator):
 
     def shard_map(self) -> ShardMap:
         return self._map
+
+
+def make_coordinator(config: ClusterConfig, node_id: str | None = None) -> Coordinator:
+    """The coordinator a config asks for: etcd when it names endpoints, else static."""
+    if config.etcd:
+        from bespokv.etcd_coordinator import EtcdCoordinator
+
+        return EtcdCoordinator(config, config.etcd, node_id=node_id, lease_ttl=config.tuning.lease_ttl)
+    return StaticCoordinator(config)

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from bespokv.shardmap import ShardInfo
 
-__all__ = ["write_node", "read_node", "ACTIVE_ACTIVE"]
+__all__ = ["write_node", "read_node", "ACTIVE_ACTIVE", "EPOCH_HEADER"]
 
 ACTIVE_ACTIVE = ("aa-sc", "aa-ec")
+
+#: Call metadata: the shard-map epoch a client (or forwarding node) routed a request with.
+#: A node refuses a request routed with a map older than the shard's last change.
+EPOCH_HEADER = "x-bespokv-epoch"
 
 
 def write_node(info: ShardInfo, home: int = 0) -> str:

@@ -15,11 +15,14 @@ Forwarded single operations ride in batched ``Multi`` calls.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,7 +31,7 @@ from bespokv.batcher import AutoBatcher
 from bespokv.config import ClusterConfig, Limits
 from bespokv.controlets import ShardContext, make_controlet
 from bespokv.controlets.base import Controlet
-from bespokv.coordinator import Coordinator, StaticCoordinator
+from bespokv.coordinator import Coordinator, make_coordinator
 from bespokv.datalets import DataletFactory, make_datalet
 from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
 from bespokv.datalets.worker import DataletWorker
@@ -44,7 +47,7 @@ from bespokv.hlc import HybridClock
 from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
-from bespokv.routing import read_node, write_node
+from bespokv.routing import EPOCH_HEADER, read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
 from bespokv.service import check_stream, generic_handler
 from bespokv.shardmap import ShardInfo, ShardMap, node_number, writer_id
@@ -55,16 +58,29 @@ log = logging.getLogger(__name__)
 
 HOPS_HEADER = "x-bespokv-hops"
 MAX_HOPS = 2
+#: Seconds a node with an older map than a request's waits for its watch to catch up.
+EPOCH_WAIT = 1.0
+
+#: The epoch of the request being served (0: the sender did not say); read by shard_of.
+_REQUEST_EPOCH: contextvars.ContextVar[int] = contextvars.ContextVar("bespokv_request_epoch", default=0)
 
 
 def _hops(context: grpc.aio.ServicerContext) -> int:
+    hops = 0
+    epoch = 0
     for k, v in context.invocation_metadata() or ():
         if k == HOPS_HEADER:
             try:
-                return int(v)
+                hops = int(v)
             except ValueError:
-                return MAX_HOPS
-    return 0
+                hops = MAX_HOPS
+        elif k == EPOCH_HEADER:
+            try:
+                epoch = int(v)
+            except ValueError:
+                epoch = 0
+    _REQUEST_EPOCH.set(epoch)
+    return hops
 
 
 class Node:
@@ -81,7 +97,7 @@ class Node:
         self.config = config
         self.node_id = node_id
         self.node_config = config.node(node_id)
-        self.coordinator = coordinator or StaticCoordinator(config)
+        self.coordinator = coordinator or make_coordinator(config, node_id)
         self._datalet_factory = datalet_factory
         self.limits: Limits = config.limits
         self.clock = HybridClock()
@@ -100,6 +116,9 @@ class Node:
         self.health = health.aio.HealthServicer()
         self._forwarders: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._stopping = False
+        self._map_lock = asyncio.Lock()
+        self._alive: set[str] | None = None  # last liveness set seen (etcd coordinator)
+        self._background: set[asyncio.Task[None]] = set()
         self.peers: PeerPool
 
     @property
@@ -141,7 +160,8 @@ class Node:
                 clock=self.clock,
                 tuning=self.config.tuning,
                 limits=self.limits,
-                epoch=smap.epoch,
+                epoch=info.epoch,
+                can_serve=self.coordinator.can_serve,
             )
             self.controlets[info.id] = make_controlet(ctx)
 
@@ -171,6 +191,8 @@ class Node:
         self.server = server
         for c in self.controlets.values():
             await c.start()
+        self.coordinator.subscribe(self._on_map)
+        self.coordinator.subscribe_alive(self._on_alive)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for svc in ("bespokv.v1.KV", "bespokv.v1.Admin", "bespokv.v1.Peer"):
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -186,6 +208,9 @@ class Node:
             await self.health.enter_graceful_shutdown()
         except Exception:  # noqa: BLE001 - best effort
             pass
+        for t in list(self._background):
+            t.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if drain > 0:
             await asyncio.gather(*(c.drain(drain) for c in self.controlets.values()), return_exceptions=True)
         for c in self.controlets.values():
@@ -213,6 +238,98 @@ class Node:
                 raise UnavailableError(f"node {self.node_id} not ready after {timeout}s")
             await asyncio.sleep(0.02)
 
+    # -- map changes and failover (etcd coordinator) ---------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _on_map(self, smap: ShardMap) -> None:
+        if not self._stopping:
+            self._spawn(self._apply_map(smap))
+
+    async def _apply_map(self, smap: ShardMap) -> None:
+        """Bring the local controlets in line with a new map (in epoch order)."""
+        async with self._map_lock:
+            if smap.epoch < self.shard_map.epoch:
+                return  # a newer map arrived meanwhile; its own task applies it
+            for sid, c in list(self.controlets.items()):
+                info = smap.shards.get(sid)
+                if info is None or self.node_id not in info.replicas:
+                    # Dropped from the shard (declared dead while it was paused or cut
+                    # off): stop serving it; a returning replica rejoins by a later change.
+                    log.warning("node %s: no longer a replica of shard %s (epoch %d)", self.node_id, sid, smap.epoch)
+                    self.controlets.pop(sid)
+                    await c.stop()
+                    continue
+                if info == c.ctx.shard:
+                    continue
+                reconfigure = getattr(c, "reconfigure", None)
+                if reconfigure is not None:
+                    await reconfigure(info)
+                else:  # active-active: replica sets are not changed by failover; adopt the epoch
+                    c.ctx.shard = info
+                    c.ctx.epoch = info.epoch
+
+    def _on_alive(self, alive: set[str]) -> None:
+        before, self._alive = self._alive, set(alive)
+        if before is None or self._stopping:
+            return
+        for node in before - alive:
+            if node != self.node_id:
+                self._spawn(self._fail_over(node))
+
+    async def _fail_over(self, dead: str) -> None:
+        """``dead``'s lease expired: take it out of every master-slave shard this node
+        shares with it. Every surviving replica tries; the coordinator's compare-and-swap
+        makes all but the first a no-op. Active-active shards keep their replicas (a
+        quorum, or any replica, still serves; clients move off the dead one)."""
+        smap = self.shard_map
+        for info in smap.shards.values():
+            if dead not in info.replicas or self.node_id not in info.replicas or len(info.replicas) < 2:
+                continue
+            if info.mode not in ("ms-sc", "ms-ec"):
+                continue
+            order = [r for r in info.replicas if r != dead]
+            if info.mode == "ms-ec" and info.head == dead:
+                order = await self._most_up_to_date_first(info.id, order)
+
+            def change(s: ShardInfo, order: list[str] = order) -> ShardInfo | None:
+                if dead not in s.replicas:
+                    return None  # another replica did it already
+                return dataclasses.replace(s, replicas=tuple(r for r in order if r in s.replicas))
+
+            try:
+                new = await self.coordinator.change_shard(info.id, change)
+            except Exception as exc:  # noqa: BLE001 - the next liveness change retries
+                log.warning("node %s: failover of shard %s failed: %r", self.node_id, info.id, exc)
+                continue
+            if new is not None:
+                log.warning(
+                    "node %s: shard %s failed over without %s: %s (epoch %d)",
+                    self.node_id, info.id, dead, ",".join(new.shard(info.id).replicas), new.epoch,
+                )
+
+    async def _most_up_to_date_first(self, shard: int, order: list[str]) -> list[str]:
+        """ms-ec: the replica that applied the most of the master's log leads the order."""
+
+        async def seq_of(node: str) -> int:
+            if node == self.node_id:
+                c = self.controlets.get(shard)
+                return c.on_position().position.seq if c is not None else -1
+            try:
+                resp = await self.peers.peer(node).Position(
+                    pb.PositionRequest(shard=shard), timeout=1.0, metadata=self.peers.metadata
+                )
+                return int(resp.position.seq)
+            except Exception:  # noqa: BLE001 - unreachable: never promoted
+                return -1
+
+        seqs = await asyncio.gather(*(seq_of(n) for n in order))
+        best = max(range(len(order)), key=lambda i: (seqs[i], -i))
+        return [order[best]] + [n for i, n in enumerate(order) if i != best]
+
     # -- validation and routing ---------------------------------------------------------------
 
     def check_key(self, key: bytes) -> None:
@@ -236,7 +353,23 @@ class Node:
             smap.shard(shard)  # UnknownShardError
             if shard != sid:
                 raise WrongShardError(f"key belongs to shard {sid}, not {shard} (shard map epoch {smap.epoch})")
-        return smap.shard(sid)
+        info = smap.shard(sid)
+        self.check_epoch(info, smap)
+        return info
+
+    def check_epoch(self, info: ShardInfo, smap: ShardMap) -> None:
+        """Fencing: refuse a request routed with a map older than the shard's last change
+        (the client refreshes its map and retries), or newer than this node's map (the
+        node's watch is behind: UNAVAILABLE, retried)."""
+        epoch = _REQUEST_EPOCH.get()
+        if not epoch:
+            return
+        if epoch < info.epoch:
+            raise WrongShardError(
+                f"shard {info.id} changed at epoch {info.epoch}; the request was routed with epoch {epoch}"
+            )
+        if epoch > smap.epoch:
+            raise UnavailableError(f"node {self.node_id} has shard map epoch {smap.epoch}, the request {epoch}")
 
     def _write_target(self, info: ShardInfo) -> str:
         c = self.controlets.get(info.id)
@@ -260,7 +393,9 @@ class Node:
 
             async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
                 resp = await self.peers.kv(node).Multi(
-                    pb.MultiRequest(ops=ops), timeout=self.config.tuning.request_timeout * 2, metadata=md
+                    pb.MultiRequest(ops=ops),
+                    timeout=self.config.tuning.request_timeout * 2,
+                    metadata=md + ((EPOCH_HEADER, str(self.shard_map.epoch)),),
                 )
                 return list(resp.results)
 
@@ -529,7 +664,10 @@ class Node:
             cluster=smap.cluster,
             vnodes=smap.vnodes,
             nodes=[pb.NodeEntry(id=n.id, address=n.address) for n in smap.nodes.values()],
-            shards=[pb.ShardEntry(id=s.id, mode=s.mode, replicas=list(s.replicas)) for s in smap.shards.values()],
+            shards=[
+                pb.ShardEntry(id=s.id, mode=s.mode, replicas=list(s.replicas), epoch=s.epoch)
+                for s in smap.shards.values()
+            ],
         )
 
     async def node_status(self) -> pb.NodeStatus:

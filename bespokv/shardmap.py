@@ -41,11 +41,14 @@ class NodeInfo:
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard: its controlet mode and its replicas in order (head/master first)."""
+    """One shard: its controlet mode and its replicas in order (head/master first), and
+    its epoch: the map epoch at which it last changed. Requests made under an older epoch
+    of the shard are refused (fencing)."""
 
     id: int
     mode: str
     replicas: tuple[str, ...]
+    epoch: int = 1
 
     @property
     def head(self) -> str:

@@ -182,8 +182,10 @@ class RedisServer:
 class LocalCluster:
     """A cluster of node processes on loopback. Stops everything it started on exit.
 
-    ``datalet="redis"`` starts one private redis-server per node. Node logs go to
-    ``<dir>/logs/<node>.log``; the config is ``<dir>/cluster.toml``.
+    ``datalet="redis"`` starts one private redis-server per node. ``etcd=N`` starts an
+    N-member etcd (``<dir>/etcd``) first and has the nodes coordinate through it (leases,
+    failover); 0 keeps the static shard map. Node logs go to ``<dir>/logs/<node>.log``; the
+    config is ``<dir>/cluster.toml``.
     """
 
     def __init__(
@@ -202,6 +204,7 @@ class LocalCluster:
         python: str = sys.executable,
         ports: Sequence[int] | None = None,
         detach: bool = False,
+        etcd: int = 0,
     ) -> None:
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="bespokv-cluster-")
@@ -219,6 +222,13 @@ class LocalCluster:
                 nodes, replicas=replicas, shards=shards, mode=mode, datalet=datalet, base_dir=self.dir,
                 token=token, tuning=tuning, node_datalets=node_datalets, ports=ports,
             )
+        self.etcd: Any = None
+        if etcd:
+            from bespokv.etcdserver import EtcdCluster
+
+            self.etcd = EtcdCluster(Path(self.dir) / "etcd", members=etcd, fast=True)
+            self.etcd.detach = detach
+            config = config.replace(etcd=tuple(f"{h}:{p}" for h, p in self.etcd.endpoints))
         self.config = config.replace(base_dir=self.dir)
         self.config_path = os.path.join(self.dir, "cluster.toml")
         self.config.write(self.config_path)
@@ -241,6 +251,8 @@ class LocalCluster:
         return self.config.node(node_id).address
 
     def start(self, *, wait: bool = True, timeout: float = 60.0) -> LocalCluster:
+        if self.etcd is not None:
+            self.etcd.start()
         for r in self.redis.values():
             r.start()
         for nid in self.node_ids:
@@ -269,9 +281,11 @@ class LocalCluster:
         return proc
 
     def all_pids(self) -> list[int]:
-        """Process ids of running nodes and private redis-servers."""
+        """Process ids of running nodes, private redis-servers and etcd members."""
         pids = [p.pid for p in self.procs.values() if p.poll() is None]
         pids += [r.proc.pid for r in self.redis.values() if r.proc is not None and r.proc.poll() is None]
+        if self.etcd is not None:
+            pids += self.etcd.pids()
         return pids
 
     def pid(self, node_id: str) -> int:
@@ -287,6 +301,18 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(5)
+
+    def pause(self, node_id: str) -> None:
+        """SIGSTOP the node: it holds its sockets but answers nothing (a stalled process)."""
+        p = self.procs[node_id]
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGSTOP)
+
+    def resume(self, node_id: str) -> None:
+        """SIGCONT a paused node."""
+        p = self.procs[node_id]
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
 
     def stop_node(self, node_id: str) -> int | None:
         """SIGTERM the node and wait for a clean exit; returns its exit code."""
@@ -364,6 +390,7 @@ class LocalCluster:
         for p in self.procs.values():
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGCONT)  # a paused node must run to stop
                     os.kill(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for p in self.procs.values():
@@ -375,6 +402,8 @@ class LocalCluster:
                 p.wait(5)
         for r in self.redis.values():
             r.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
 
     def cleanup(self) -> None:
         self.stop()

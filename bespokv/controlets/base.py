@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -65,6 +65,9 @@ class ShardContext:
     tuning: Tuning = field(default_factory=Tuning)
     limits: Limits = field(default_factory=Limits)
     epoch: int = 1
+    #: False while the node cannot be sure it is still a member (see Coordinator.can_serve):
+    #: heads, masters and tails then refuse what needs their role
+    can_serve: Callable[[], bool] = lambda: True
 
     @property
     def shard_id(self) -> int:

@@ -45,6 +45,23 @@ class ChainControlet(MasterSlaveControlet):
         self.acked = 0  # head: highest seq the tail acknowledged
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
+    def topology_changed(self) -> None:
+        me = self.ctx.node_id
+        self.successor = self.ctx.shard.successor(me)
+        self.predecessor = self.ctx.shard.predecessor(me)
+        self.is_tail = self.successor is None
+        if self.is_tail and self.is_head:
+            self.acked = self.store.seq
+            self.on_link_ack_all()
+
+    def on_link_ack_all(self) -> None:
+        """Head and tail at once (the others were dropped): everything applied is committed."""
+        w = self._waiters
+        while w and w[0][0] <= self.store.seq:
+            _, fut = w.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
     def downstreams(self) -> list[str]:
         return [self.successor] if self.successor else []
 
@@ -92,6 +109,8 @@ class ChainControlet(MasterSlaveControlet):
     def _check_head(self) -> None:
         if not self.is_head:
             raise WrongShardError(f"writes to shard {self.ctx.shard_id} enter at {self.ctx.shard.head}")
+        if not self.ctx.can_serve():
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} cannot confirm its lease")
         if not self.synced:
             raise UnavailableError(f"shard {self.ctx.shard_id}: head {self.ctx.node_id} is recovering")
         if len(self._waiters) >= self.ctx.tuning.max_pending:
@@ -138,6 +157,8 @@ class ChainControlet(MasterSlaveControlet):
     def _check_tail(self) -> None:
         if not self.is_tail:
             raise WrongShardError(f"reads of shard {self.ctx.shard_id} are served by {self.ctx.shard.tail}")
+        if not self.ctx.can_serve():
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} cannot confirm its lease")
         if not self.synced:
             raise UnavailableError(f"shard {self.ctx.shard_id}: tail {self.ctx.node_id} is catching up")
 

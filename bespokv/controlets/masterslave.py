@@ -27,8 +27,9 @@ import grpc
 
 from bespokv.controlets.base import Controlet, ShardContext
 from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed
-from bespokv.errors import Error, UnavailableError, WrongShardError, from_exception
+from bespokv.errors import Error, FencedError, UnavailableError, WrongShardError, from_exception
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.shardmap import ShardInfo
 
 __all__ = ["MasterSlaveControlet"]
 
@@ -68,20 +69,24 @@ class MasterSlaveControlet(Controlet):
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    def _start_link(self, downstream: str) -> None:
+        link = Link(
+            store=self.store,
+            shard=self.ctx.shard_id,
+            me=self.ctx.node_id,
+            downstream=downstream,
+            peers=self.ctx.peers,
+            on_ack=self.on_link_ack,
+            can_send=lambda: self.synced,
+            gate=self._wait_synced_change,
+            epoch=lambda: self.ctx.shard.epoch,
+        )
+        self.links[downstream] = link
+        link.start()
+
     async def start(self) -> None:
         for d in self.downstreams():
-            link = Link(
-                store=self.store,
-                shard=self.ctx.shard_id,
-                me=self.ctx.node_id,
-                downstream=d,
-                peers=self.ctx.peers,
-                on_ack=self.on_link_ack,
-                can_send=lambda: self.synced,
-                gate=self._wait_synced_change,
-            )
-            self.links[d] = link
-            link.start()
+            self._start_link(d)
         if self.is_head and not self.synced:
             self._tasks.append(asyncio.ensure_future(self._recover()))
         elif self.is_head and not self.store.history:
@@ -98,6 +103,45 @@ class MasterSlaveControlet(Controlet):
         if task is not None and not task.done():
             task.cancel()  # the handler returns quietly before the server stops
             await asyncio.gather(task, return_exceptions=True)
+
+    # -- failover ---------------------------------------------------------------------------
+
+    def topology_changed(self) -> None:
+        """Subclasses: recompute neighbours from ``self.ctx.shard``."""
+
+    async def reconfigure(self, info: ShardInfo) -> None:
+        """The coordinator changed this shard (a replica failed and was dropped, a new
+        master was promoted): adopt the new order at its epoch.
+
+        Links to replicas no longer fed from here stop, links to new downstreams start (the
+        handshake resends whatever the downstream lacks from the log, or a full copy; the
+        downstream skips entries it already has, so none is applied twice). A stream from
+        an upstream that is no longer ours ends at its next message. A replica promoted to
+        head/master numbers new writes after everything it holds: every write the old head
+        had acknowledged is among them (chain: acknowledged means held by every replica;
+        primary-backup: the promoted replica is the most up-to-date one).
+        """
+        was_head = self.is_head
+        old_upstream = self.expected_upstream()
+        self.ctx.shard = info
+        self.ctx.epoch = info.epoch
+        self.is_head = info.head == self.ctx.node_id
+        self.topology_changed()
+        wanted = self.downstreams()
+        for d in list(self.links):
+            if d not in wanted:
+                await self.links.pop(d).stop()
+        for d in wanted:
+            if d not in self.links:
+                self._start_link(d)
+        if self.expected_upstream() != old_upstream:
+            self._session += 1  # the old upstream's stream ends at its next message
+        if self.is_head and not was_head:
+            if not self.store.history:
+                self.store.adopt_history(os.urandom(16))
+            self._set_synced(True)
+            log.info("shard %s: %s promoted at seq %d (epoch %d)", info.id, self.ctx.node_id, self.store.seq, info.epoch)
+        self._signal_ack()  # a new tail acknowledges what it holds
 
     def _set_synced(self, value: bool) -> None:
         if value != self.synced:
@@ -187,6 +231,16 @@ class MasterSlaveControlet(Controlet):
         if first.WhichOneof("body") != "hello":
             raise WrongShardError("a replication stream must start with hello")
         sender = first.hello.from_node
+        epoch = first.hello.epoch or 1
+        if epoch < self.ctx.shard.epoch:
+            raise FencedError(
+                f"shard {self.ctx.shard_id}: replication from {sender!r} under epoch {epoch}, "
+                f"which epoch {self.ctx.shard.epoch} replaced"
+            )
+        if epoch > self.ctx.shard.epoch:
+            raise UnavailableError(
+                f"shard {self.ctx.shard_id}: {self.ctx.node_id} has not seen epoch {epoch} yet; retry"
+            )
         if sender != self.expected_upstream():
             raise WrongShardError(
                 f"node {sender!r} is not the upstream of {self.ctx.node_id!r} for shard {self.ctx.shard_id}"

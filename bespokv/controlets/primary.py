@@ -98,6 +98,8 @@ class PrimaryBackupControlet(MasterSlaveControlet):
     def _check_master(self) -> None:
         if not self.is_head:
             raise WrongShardError(f"writes to shard {self.ctx.shard_id} go to its master {self.ctx.shard.head}")
+        if not self.ctx.can_serve():
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} cannot confirm its lease")
         if not self.synced:
             raise UnavailableError(f"shard {self.ctx.shard_id}: master {self.ctx.node_id} is recovering")
 

@@ -417,6 +417,7 @@ class Link:
         on_ack: Callable[[Link], None],
         can_send: Callable[[], bool],
         gate: Callable[[], Any],
+        epoch: Callable[[], int] = lambda: 1,
     ) -> None:
         self.store = store
         self.shard = shard
@@ -426,6 +427,7 @@ class Link:
         self.on_ack = on_ack
         self.can_send = can_send
         self.gate = gate
+        self.epoch = epoch  # the shard epoch this upstream works under (sent in Hello)
         self.connected = False
         self.copying = False  # a full copy is streaming to the downstream
         self.applied = 0  # downstream's applied seq (in our history)
@@ -477,7 +479,7 @@ class Link:
             await call.write(
                 pb.ReplMessage(
                     shard=self.shard,
-                    hello=pb.Hello(from_node=self.me, position=self.store.position()),
+                    hello=pb.Hello(from_node=self.me, position=self.store.position(), epoch=self.epoch()),
                 )
             )
             first = await call.read()

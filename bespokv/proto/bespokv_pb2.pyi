@@ -181,14 +181,16 @@ class NodeEntry(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class ShardEntry(_message.Message):
-    __slots__ = ("id", "mode", "replicas")
+    __slots__ = ("id", "mode", "replicas", "epoch")
     ID_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     id: int
     mode: str
     replicas: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[int] = ..., mode: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ...) -> None: ...
+    epoch: int
+    def __init__(self, id: _Optional[int] = ..., mode: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ShardMapResponse(_message.Message):
     __slots__ = ("epoch", "cluster", "vnodes", "nodes", "shards")
