@@ -41,6 +41,7 @@ from .manifest import Manifest, ManifestState, load_manifest
 from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
+from .recovery import replay_segments
 from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
@@ -306,18 +307,23 @@ class DB:
         live = {f.number for lvl in levels for f in lvl}
         segments = sorted(p[1] for p in map(filenames.parse_name, names)
                           if p and p[0] == "log" and p[1] >= log_number)
-        torn_before: int | None = None  # a segment that lost its tail, then writes after it
+        headers = []
         for number in segments:
-            path = os.path.join(self.path, filenames.segment_name(number))
-            header = read_segment_header(path)
-            if header is None:  # cut short while being created: holds no writes
-                continue
-            next_file = max(next_file, header.table_number + 1)
-            result = self._run_job(self._flush_worker, "flush_segment", segment_path=path,
-                                   table_path=os.path.join(
-                                       self.path, filenames.table_name(header.table_number)),
-                                   opts=self._job_opts, snapshots=[],
-                                   drop_damaged_tail=self._drop_damaged_tail)
+            header = read_segment_header(os.path.join(self.path,
+                                                      filenames.segment_name(number)))
+            if header is not None:  # None: cut short while being created, holds no writes
+                headers.append(header)
+                next_file = max(next_file, header.table_number + 1)
+        started = time.monotonic()
+        results = self._replay([{
+            "segment_path": os.path.join(self.path, filenames.segment_name(h.number)),
+            "table_path": os.path.join(self.path, filenames.table_name(h.table_number)),
+            "opts": self._job_opts, "snapshots": [],
+            "drop_damaged_tail": self._drop_damaged_tail} for h in headers])
+        self._stats["recovery_seconds"] = time.monotonic() - started
+        torn_before: int | None = None  # a segment that lost its tail, then writes after it
+        for header, result in zip(headers, results):
+            number = header.number
             self._stats["recovered_segments"] += 1
             self._stats["torn_wal_tails"] += int(result["torn"])
             info: TableInfo | None = result["table"]
@@ -422,6 +428,22 @@ class DB:
 
     def _new_numbers(self, count: int) -> list[int]:
         return [self._take_number() for _ in range(count)]
+
+    def _replay(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Replay WAL segments, up to ``recovery_processes`` at once (worker processes:
+        the flush and compaction workers plus temporary ones, stopped afterwards)."""
+        if self._flush_worker is None or len(tasks) <= 1:
+            return replay_segments(tasks, self._run_job, [self._flush_worker])
+        n = min(len(tasks), self.options.recovery_processes or max(2, os.cpu_count() or 1))
+        extra = [WorkerProcess(self._file_lock.fileno()) for _ in range(max(0, n - 2))]
+        workers: list[WorkerProcess | None] = [self._flush_worker, self._compaction_worker,
+                                               *extra][:n]
+        self._stats["recovery_processes"] = len(workers)
+        try:
+            return replay_segments(tasks, self._run_job, workers)
+        finally:
+            for w in extra:
+                w.stop()
 
     def _run_job(self, worker: WorkerProcess | None, job: str, **kwargs: Any) -> Any:
         """Run a job in ``worker`` (or inline); a worker that died is restarted once."""

@@ -96,6 +96,10 @@ class Options:
     # Create the database if the path holds none; refuse to open an existing one.
     create_if_missing: bool = True
     error_if_exists: bool = False
+    # Worker processes replaying WAL segments at open, in parallel (each segment becomes
+    # its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory.
+    # Ignored with background_processes=False (then segments replay one at a time).
+    recovery_processes: int = 0
     # What recovery does with a WAL segment whose last record is complete but fails its
     # checksum. No crash of the writing process leaves that (a crash leaves a record cut
     # short, which is always dropped), so it may be a synced, acknowledged write that was
@@ -178,6 +182,7 @@ class Options:
             ("num_levels", 2, 20),
             ("l0_compaction_trigger", 1, 1000),
             ("l0_stop_writes_trigger", 1, 10000),
+            ("recovery_processes", 0, 256),
         ]
         for name, lo, hi in checks:
             v = getattr(self, name)
