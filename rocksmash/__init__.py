@@ -40,4 +40,17 @@ def open(path: str | os.PathLike[str], **options: Any) -> DB:  # noqa: A001 - th
     if another process has the database open, :class:`CorruptionError` if its files are
     damaged. The returned :class:`DB` is also a context manager.
     """
-    return DB(path, Options.from_kwargs(**options))
+    opts = Options.from_kwargs(**options)
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            return DB(path, opts)
+        except FencedError as e:
+            # Openers racing on one object-store prefix: one that lost a race it can win
+            # by opening again (an older writer published meanwhile) does so.
+            if not getattr(e, "retry_open", False) or attempt == _OPEN_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+#: Opens tried when racing openers of one object-store prefix make an open fail.
+_OPEN_ATTEMPTS = 3

@@ -2,35 +2,37 @@
 
 Object layout under the database's store prefix (all written by this module)::
 
-    epoch                      one log_format record: JSON {"epoch": E, "owner": ...,
-                               "claimed": unix time, "db_id": UUID}
-    manifest                   one log_format record: JSON mirror of the cloud part of
-                               the version (below)
+    epochs/<E, 20 digits>      one per writer session: one log_format record of JSON
+                               {"format_version", "epoch": E, "owner", "claimed", "db_id"}
+    manifests/<G, 20 digits>   the mirror, generation G: one log_format record of JSON
+                               (the cloud part of the version, below)
     tables/<n>-e<E>.sst        one table, written once by the writer of epoch E
 
-The epoch and mirror objects are framed as one checksummed record (length, CRC-32,
-payload; see log_format.py), so a damaged object is a CorruptionError, never a silently
-different database. Both carry the database's identity (a UUID made at creation and kept
-in the local manifest too), so a directory is never opened against another database's
-prefix.
+Every epoch and mirror object is created once, with If-None-Match (create only if absent),
+and never overwritten. Correctness rests only on that being atomic, which AWS S3, MinIO
+and SeaweedFS guarantee, and never on If-Match, which SeaweedFS does not evaluate
+atomically (decision 0004). Both kinds are framed as one checksummed record, so a damaged
+object is a CorruptionError, never a silently different database, and both carry the
+database's identity (a UUID made at creation, kept in the local manifest too), so a
+directory is never opened against another database's prefix.
 
-Fencing: opening claims epoch E+1 with a conditional PUT (if-match on the etag read, or
-if-none-match when there is none), then publishes the mirror. Every later mirror publish
-is a conditional PUT on the etag of this writer's previous publish, so once another
-writer has claimed the prefix and published, the old writer's next publish fails and it
-stops writing (:class:`FencedError`). Table objects carry their writer's epoch in their
-key, so even a writer that has not noticed yet cannot overwrite the new writer's tables.
+Fencing: opening lists ``epochs/``, creates ``epochs/<E+1>``, and so becomes the writer of
+epoch E+1 (of racing openers, exactly one creates it; the others get FencedError and may
+retry). Then it publishes the next mirror generation. A writer checks it is still the
+writer with one HEAD of ``epochs/<E+1>`` at every flush and every
+``fencing_check_interval``; its publishes are creates too: a fenced writer's create of a
+generation that the new writer already created fails, it reads that object, sees the newer
+epoch, and stops writing (:class:`FencedError`). Table objects carry their writer's epoch
+in their key, so even a writer that has not noticed yet cannot overwrite the new writer's
+tables, and a writer deletes retired objects only after its own publish succeeded.
 
 The mirror holds what reopening from the bucket needs: every cloud table (level, number,
 size, key range, sequence range, epoch), the last sequence number, the next file number,
-and a ``generation`` that increases with every publish. The local manifest records the
-writer's epoch (a directory left behind by a writer that was since replaced is detected:
-the mirror's epoch is newer) and the generation of each cloud-touching edit (a mirror
-newer than the local manifest means a manifest record was lost).
-
-A writer also reads the epoch object at every flush and every ``fencing_check_interval``
-(:meth:`CloudTier.check_epoch`), so a writer that another has replaced learns it within
-that interval even when it publishes nothing.
+and its ``generation``. The local manifest records the writer's epoch (a directory left
+behind by a writer that was since replaced is detected: the mirror's epoch is newer) and
+the generation of each cloud-touching edit (a mirror newer than the local manifest means a
+manifest record was lost). Old generations are deleted as new ones are published, keeping
+the last few.
 """
 
 from __future__ import annotations
@@ -53,8 +55,19 @@ from .version import CLOUD, FileMeta
 
 __all__ = ["CloudFile", "CloudTier", "store_errors"]
 
-EPOCH_KEY = "epoch"
-MIRROR_KEY = "manifest"
+EPOCHS = "epochs/"
+MIRRORS = "manifests/"
+#: Mirror generations kept besides the newest (a reader that listed just before a publish
+#: can still fetch what it listed).
+KEEP_MIRRORS = 4
+
+
+def epoch_key(epoch: int) -> str:
+    return f"{EPOCHS}{epoch:020d}"
+
+
+def mirror_key(generation: int) -> str:
+    return f"{MIRRORS}{generation:020d}"
 #: Format of the epoch and mirror objects (formats.py).
 MIRROR_FORMAT = CLOUD_OBJECT_FORMAT
 
@@ -154,7 +167,6 @@ class CloudTier:
         #: The database's identity, once claim_epoch has run.
         self.db_id: str | None = None
         self.generation = 0
-        self._mirror_etag: str | None = None
         self._unknown_body: bytes | None = None
         self._lock = threading.Lock()
         self._worker_traffic: dict[str, Any] = {"requests": {}, "bytes_in": 0, "bytes_out": 0}
@@ -192,21 +204,36 @@ class CloudTier:
 
     # ------------------------------------------------------------ fencing and mirror
 
+    def _latest(self, prefix: str) -> int:
+        """The highest number under ``prefix`` (0 if none)."""
+        latest = 0
+        for info in self.store.list(prefix):
+            try:
+                latest = max(latest, int(info.key[len(prefix):]))
+            except ValueError:
+                raise CorruptionError(f"object store: unexpected object {info.key!r}") from None
+        return latest
+
+    def _read(self, key: str, what: str) -> dict[str, Any]:
+        doc = decode_object(self.store.get(key), what)
+        try:
+            int(doc["epoch"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptionError(f"object store: malformed {what} ({e})") from e
+        return doc
+
     def claim_epoch(self, db_id: str | None) -> str | None:
-        """Become the writer: epoch E+1 by conditional PUT. FencedError on a race.
+        """Become the writer: create ``epochs/<E+1>``. FencedError if another opener
+        created it first (retry the open).
 
         ``db_id`` is the local database's identity (None for a new directory). Returns the
         identity recorded in the bucket (None for an empty prefix). A prefix that holds
         another database is refused with InvalidArgumentError, before anything is written.
         """
         try:
-            try:
-                info = self.store.head(EPOCH_KEY)
-                doc = decode_object(self.store.get(EPOCH_KEY), EPOCH_KEY)
-                current, bucket_id = int(doc["epoch"]), doc.get("db_id")
-                etag: str | None = info.etag
-            except NotFoundError:
-                current, bucket_id, etag = 0, None, None
+            current = self._latest(EPOCHS)
+            bucket_id = (self._read(epoch_key(current), f"epoch {current}").get("db_id")
+                         if current else None)
             if db_id is not None and bucket_id is not None and db_id != bucket_id:
                 raise InvalidArgumentError(
                     f"the object store prefix holds another database (id {bucket_id}) than "
@@ -214,17 +241,13 @@ class CloudTier:
             body = encode_object({"format_version": MIRROR_FORMAT, "epoch": current + 1,
                                   "owner": f"{socket.gethostname()}:{os.getpid()}",
                                   "claimed": time.time(), "db_id": db_id or bucket_id})
-            if etag is None:
-                self.store.put(EPOCH_KEY, body, if_none_match=True)
-            else:
-                self.store.put(EPOCH_KEY, body, if_match=etag)
+            self.store.put(epoch_key(current + 1), body, if_none_match=True)
         except PreconditionFailedError:
             raise FencedError("another writer claimed this object-store prefix at the same "
                               "time; retry the open") from None
-        except (ValueError, KeyError, TypeError) as e:
-            if isinstance(e, InvalidArgumentError):
-                raise
-            raise CorruptionError(f"object store: malformed {EPOCH_KEY} object ({e})") from e
+        except NotFoundError:
+            raise FencedError("the object store prefix changed while this writer opened it "
+                              "(another writer?); retry the open") from None
         except StoreError as e:
             raise store_errors("claiming the writer epoch", e) from e
         self.epoch = current + 1
@@ -233,55 +256,56 @@ class CloudTier:
 
     def check_epoch(self) -> None:
         """Raise FencedError if another writer has claimed the prefix since this one did
-        (one GET). Unavailable or refusing stores raise their rocksmash errors."""
+        (one HEAD: a newer writer always creates ``epochs/<E+1>`` first). Unavailable or
+        refusing stores raise their rocksmash errors."""
         try:
-            doc = decode_object(self.store.get(EPOCH_KEY), EPOCH_KEY)
-            epoch = int(doc["epoch"])
+            self.store.head(epoch_key(self.epoch + 1))
         except NotFoundError:
-            raise CorruptionError(f"object store: the {EPOCH_KEY} object vanished") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise CorruptionError(f"object store: malformed {EPOCH_KEY} object ({e})") from e
+            return
         except StoreError as e:
             raise store_errors("checking the writer epoch", e) from e
-        if epoch != self.epoch:
-            raise FencedError(f"another writer (epoch {epoch}) has taken over this "
-                              f"object-store prefix from this one (epoch {self.epoch}); "
-                              f"this database is now read-only")
+        raise FencedError(f"another writer has taken over this object-store prefix from this "
+                          f"one (epoch {self.epoch}); this database is now read-only")
 
     def load_mirror(self) -> dict[str, Any] | None:
-        """The mirrored manifest, or None if the prefix holds no database."""
+        """The newest mirror, or None if the prefix holds no database."""
         try:
-            info = self.store.head(MIRROR_KEY)
-            data = self.store.get(MIRROR_KEY)
-        except NotFoundError:
-            return None
+            gen = self._latest(MIRRORS)
+            if not gen:
+                return None
+            mirror = self._read(mirror_key(gen), "manifest mirror")
+        except NotFoundError:  # deleted between the listing and the read: a newer one exists
+            return self.load_mirror()
         except StoreError as e:
             raise store_errors("reading the manifest mirror", e) from e
-        mirror = decode_object(data, "manifest mirror")
         try:
-            self.generation = int(mirror["generation"])
-            int(mirror["epoch"]), int(mirror["last_seq"]), int(mirror["next_file"])
+            if int(mirror["generation"]) != gen:
+                raise ValueError(f"generation {mirror['generation']} in object {gen}")
+            int(mirror["last_seq"]), int(mirror["next_file"])
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptionError(f"object store: malformed manifest mirror ({e})") from e
         if self.db_id is not None and mirror.get("db_id") not in (None, self.db_id):
             raise InvalidArgumentError(
                 f"the object store prefix's manifest mirror belongs to another database "
                 f"(id {mirror.get('db_id')}) than this one (id {self.db_id})")
-        self._mirror_etag = info.etag
+        self.generation = gen
         return mirror
 
     def publish_mirror(self, files: list[tuple[int, FileMeta]], *, num_levels: int,
                        last_seq: int, next_file: int) -> int:
-        """Upload the mirror of the cloud files; return its generation.
+        """Create the next mirror generation; return it.
 
-        Conditional on this writer's previous publish (or on the mirror read at open),
-        so a writer that lost the prefix gets FencedError instead of overwriting.
+        A create, so a writer that lost the prefix gets FencedError instead of replacing
+        the new writer's mirror: its generation already exists, written by a newer epoch
+        (or by an older writer that published after this one loaded the mirror, which only
+        happens during an open: retry the open).
         """
         with self._lock:
             try:
                 self._settle_unknown_publish()
             except StoreError as e:
                 raise store_errors("checking the manifest mirror", e) from e
+            self.check_epoch()  # a fenced writer must not publish (and then delete) at all
             gen = self.generation + 1
             body = encode_object({
                 "format_version": MIRROR_FORMAT, "generation": gen, "epoch": self.epoch,
@@ -291,32 +315,48 @@ class CloudTier:
                            f.min_seq, f.max_seq, f.epoch] for lvl, f in files],
             })
             try:
-                if self._mirror_etag is None:
-                    etag = self.store.put(MIRROR_KEY, body, if_none_match=True)
-                else:
-                    etag = self.store.put(MIRROR_KEY, body, if_match=self._mirror_etag)
+                self.store.put(mirror_key(gen), body, if_none_match=True)
             except PreconditionFailedError:
-                raise FencedError("another writer has taken over this object-store prefix; "
-                                  "this database is now read-only") from None
+                raise self._lost_publish(gen) from None
             except StoreError as e:
                 # The PUT may have happened anyway (a timeout after the server applied
                 # it); remember the body so the next publish can tell.
                 self._unknown_body = body
                 raise store_errors("publishing the manifest mirror", e) from e
-            self._mirror_etag = etag
             self.generation = gen
+            if gen > KEEP_MIRRORS + 1:
+                try:  # best effort: a leftover is deleted with the next one
+                    for old in range(max(1, gen - KEEP_MIRRORS - 2), gen - KEEP_MIRRORS):
+                        self.store.delete(mirror_key(old))
+                except StoreError:
+                    pass
             return gen
 
+    def _lost_publish(self, gen: int) -> FencedError:
+        """The error for a mirror generation that someone else created first."""
+        try:
+            epoch = int(self._read(mirror_key(gen), "manifest mirror")["epoch"])
+        except (StoreError, CorruptionError):
+            epoch = -1
+        who = (f"a writer with epoch {epoch}" if epoch > self.epoch
+               else "another writer")
+        err = FencedError(f"{who} has published this object-store prefix's mirror "
+                          f"generation {gen} (this writer's epoch is {self.epoch}); this "
+                          f"database is now read-only: reopen it to continue")
+        # An older writer published after this one read the mirror: only possible while
+        # this one opens (it has not published yet), and reopening resolves it.
+        err.retry_open = 0 <= epoch < self.epoch  # type: ignore[attr-defined]
+        return err
+
     def _settle_unknown_publish(self) -> None:
-        """After a failed publish, adopt the mirror's etag if that publish did land (its
-        body is there), so this writer does not mistake its own write for another's."""
+        """After a failed publish, adopt its generation if that publish did land (the
+        object holds our body), so this writer does not mistake its own create for
+        another writer's."""
         body, self._unknown_body = self._unknown_body, None
         if body is None:
             return
         try:
-            info = self.store.head(MIRROR_KEY)
-            if self.store.get(MIRROR_KEY) == body:
-                self._mirror_etag = info.etag
+            if self.store.get(mirror_key(self.generation + 1)) == body:
                 self.generation += 1
         except NotFoundError:
             pass

@@ -264,11 +264,17 @@ class DB:
         state = load_manifest(self.path)
         cloud = self._cloud
         db_id = state.db_id if state is not None else None
+        self._fresh = state is None
         mirror = None
         if cloud is not None:
             cloud.db_id = db_id
             mirror = cloud.load_mirror()  # refuses another database's mirror
-            if state is not None and mirror is not None and mirror["epoch"] > state.epoch:
+            if state is not None and mirror is not None and (
+                    mirror["epoch"] > state.epoch or (
+                        mirror["epoch"] != state.epoch
+                        and int(mirror["generation"]) >= state.mirror_gen > 0)):
+                # The newest mirror was published by another writer, at or after what
+                # this directory last published: the bucket moved on without it.
                 raise FencedError(
                     f"{self.path} is stale: a writer with epoch {mirror['epoch']} has written "
                     f"the object store since this directory's last session (epoch "
@@ -1320,6 +1326,13 @@ class DB:
         """After a failed open: release everything that was acquired, never raising (the
         open's own error is the one to see), so the next open can succeed."""
         self._shutdown_workers()
+        if getattr(self, "_fresh", False):
+            # A new database whose open failed: leave no half-made one behind (a retry
+            # starts again from the bucket). Other files go at the next open.
+            try:
+                os.unlink(os.path.join(self.path, filenames.CURRENT))
+            except OSError:
+                pass
         held = [*getattr(self, "_old_wals", []), getattr(self, "_wal", None),
                 getattr(self, "_manifest", None), getattr(self, "_data_cache", None),
                 getattr(self, "_cloud", None), self._file_lock]

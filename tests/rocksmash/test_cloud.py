@@ -5,6 +5,7 @@ of a second writer, and failing object stores."""
 from __future__ import annotations
 
 import os
+import threading
 import shutil
 import uuid
 
@@ -226,3 +227,49 @@ def test_a_miss_fetches_a_window_of_blocks(tmp_path, fetch):
         assert fetched <= 2  # one window, two if the range straddles a window edge
     else:
         assert fetched >= 5  # one request per block
+
+
+def test_racing_openers_leave_one_writer(tmp_path, store_options, request):
+    """Four processes' worth of openers race on one prefix: whatever the interleaving, at
+    most one of them can still write afterwards, and its writes are the database's. Runs
+    where creating an object is atomic (not on moto: it evaluates If-None-Match
+    check-then-act); fencing never rests on If-Match (SeaweedFS's is not atomic)."""
+    param = request.node.callspec.params["store_options"]
+    if param in ("seaweedfs", "moto"):
+        server = request.getfixturevalue(f"{param}_server")
+        if not server.conditional_puts.if_none_match_atomic:
+            pytest.skip(f"{param} evaluates If-None-Match check-then-act, not atomically")
+    with rocksmash.open(tmp_path / "first", **CLOUDY, **store_options) as db:
+        load(db, 500)
+        db.compact_range()
+    for round_ in range(3):
+        opened, barrier = [], threading.Barrier(4)
+
+        def opener(i):
+            barrier.wait()
+            try:
+                opened.append(rocksmash.open(tmp_path / f"r{round_}-{i}", **CLOUDY,
+                                             **store_options, background_processes=False))
+            except FencedError:
+                pass  # lost the race to claim the epoch: retry would be the answer
+
+        threads = [threading.Thread(target=opener, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert opened, "no opener won"
+        alive = []
+        for db in opened:
+            try:
+                db.put(b"round", b"%d" % round_)
+                db.flush()  # checks the epoch
+                alive.append(db)
+            except FencedError:
+                pass
+        assert len(alive) == 1, f"{len(alive)} writers are alive after the race"
+        alive[0].compact_range()  # publish: the survivor's writes are the database's
+        for db in opened:
+            db.close()
+    with rocksmash.open(tmp_path / "last", **CLOUDY, **store_options) as db:
+        assert db.get(b"round") == b"2" and db.get(b"key000001") == b"value000001" * 4

@@ -15,7 +15,7 @@ import cloudtier
 import rocksmash
 from rocksmash import (CorruptionError, FencedError, InvalidArgumentError, ObjectStoreError,
                        UnavailableError)
-from rocksmash.cloud import EPOCH_KEY, MIRROR_KEY, decode_object, encode_object
+from rocksmash.cloud import EPOCHS, MIRRORS, decode_object, encode_object
 
 CLOUDY = dict(local_budget=0, memtable_size="16KiB", target_file_size="16KiB",
               cloud_target_file_size="32KiB", block_size=512, l0_compaction_trigger=2,
@@ -33,6 +33,11 @@ def until(cond, seconds=20.0, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def newest(store, prefix):
+    """The key of the newest numbered object under ``prefix``."""
+    return max(info.key for info in store.list(prefix))
 
 
 @pytest.fixture
@@ -193,9 +198,10 @@ def test_corrupt_epoch_object_is_corruption_and_unlocks(tmp_path, file_store):
     with rocksmash.open(tmp_path / "a", **CLOUDY, object_store=file_store) as db:
         load(db, 10)
     store = cloudtier.open_store(file_store)
-    data = bytearray(store.get(EPOCH_KEY))
+    key = newest(store, EPOCHS)
+    data = bytearray(store.get(key))
     data[-3] ^= 1
-    store.put(EPOCH_KEY, bytes(data))
+    store.put(key, bytes(data))
     for _ in range(2):
         with pytest.raises(CorruptionError, match="epoch"):
             rocksmash.open(tmp_path / "a", **CLOUDY, object_store=file_store)
@@ -210,16 +216,17 @@ def test_tampered_mirror_is_detected(tmp_path, file_store):
         load(db, 3000)
         db.compact_range()
     store = cloudtier.open_store(file_store)
-    data = store.get(MIRROR_KEY)
+    key = newest(store, MIRRORS)
+    data = store.get(key)
     doc = decode_object(data, "mirror")
     i = data.index(doc["files"][0][4].encode()) + 10  # inside a largest key's hex
     tampered = data[:i] + (b"0" if data[i:i + 1] != b"0" else b"1") + data[i + 1:]
-    store.put(MIRROR_KEY, tampered)
+    store.put(key, tampered)
     with pytest.raises(CorruptionError, match="checksum"):
         rocksmash.open(tmp_path / "b", **CLOUDY, object_store=file_store)
     # A mirror re-checksummed after the change still disagrees with the table itself.
     doc["files"][0][4] = doc["files"][0][4][:-2] + "00"
-    store.put(MIRROR_KEY, encode_object(doc))
+    store.put(key, encode_object(doc))
     with pytest.raises(CorruptionError, match="key range"):
         rocksmash.open(tmp_path / "c", **CLOUDY, object_store=file_store)
 
@@ -251,10 +258,10 @@ def test_directory_refuses_another_databases_prefix(tmp_path):
         load(db, 3000, tag=b"y")
         db.compact_range()
         y_id = db.db_id
-    epoch_before = cloudtier.open_store(y_store).get(EPOCH_KEY)
+    epochs_before = [i.key for i in cloudtier.open_store(y_store).list(EPOCHS)]
     with pytest.raises(InvalidArgumentError, match="another database"):
         rocksmash.open(tmp_path / "x", **CLOUDY, object_store=y_store)
-    assert cloudtier.open_store(y_store).get(EPOCH_KEY) == epoch_before  # Y not fenced
+    assert [i.key for i in cloudtier.open_store(y_store).list(EPOCHS)] == epochs_before
     with rocksmash.open(tmp_path / "y", **CLOUDY, object_store=y_store) as db:
         assert db.get(b"key000001") == b"yvalue000001"
     shutil.rmtree(tmp_path / "y")  # Y's disk is lost: it comes back with its identity
