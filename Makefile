@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean
+.PHONY: demo demo-training test test-fast lint venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m bench demo
+
+# bespokv.training: checkpoints into rocksmash + local S3, a kill, a resume (docs/training.md).
+demo-training: $(STAMP)
+	$(PY) -m bespokv.training.demo
 
 # System packages some tests use (redis-server); tests that need an absent one skip with a reason.
 test: $(STAMP)

@@ -209,7 +209,7 @@ def _metadata_ops(args: argparse.Namespace, tmp: str) -> dict[str, float]:
 
 def _report(res: dict[str, Any]) -> str:
     tp = res["throughput"]
-    lines = [f"# Checkpoint benchmark\n", f"command: `{res['command']}`  ",
+    lines = ["# Checkpoint benchmark\n", f"command: `{res['command']}`  ",
              f"state: {res['state_bytes'] / 2**30:.2f} GiB ({res['tensors']} parameters + Adam state, float32), "
              f"threads {res['threads']}, repeat {res['repeat']} (median), S3: {res['s3']}  ",
              f"load average before/after: {res['load_before']} / {res['load_after']} on {os.cpu_count()} cores\n",

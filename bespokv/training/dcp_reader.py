@@ -144,7 +144,7 @@ class KVStorageReader(StorageReader):
 
     @staticmethod
     def _deliver(window: list[Any], planner: LoadPlanner) -> None:
-        for loc, reqs, direct, (target, futs) in window:
+        for _loc, reqs, direct, (target, futs) in window:
             for f in futs:
                 f.result()
             if direct is not None:
