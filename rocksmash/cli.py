@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from typing import Any
 
 import rocksmash
 
@@ -29,36 +31,80 @@ def _show(b: bytes) -> str:
     return "0x" + b.hex()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _count(s: str) -> int:
+    n = int(s)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def _store_option(s: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; the value is JSON if it parses (numbers, true/false), else text."""
+    key, sep, value = s.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {s!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rocksmash", description="Inspect and maintain a rocksmash database. Keys are "
-        "UTF-8 text, or hex with a 0x prefix. The database must not be open elsewhere.")
+        "UTF-8 text, or hex with a 0x prefix. The database must not be open elsewhere "
+        "(a tiered one: not by any writer, as opening it makes this command the writer).",
+        epilog="Exit status: 0 success, 1 key not found (get), 2 usage error, "
+        "3 rocksmash error.")
+    ap.add_argument("--version", action="version", version=f"rocksmash {rocksmash.__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("path", help="the database directory")
+    common.add_argument("--object-store", metavar="URL",
+                        help="the object store of a tiered database (s3://bucket/prefix, "
+                        "file:///dir)")
+    common.add_argument("--object-store-option", metavar="KEY=VALUE", type=_store_option,
+                        action="append", default=[],
+                        help="an option for the object store, e.g. endpoint_url=http://"
+                        "127.0.0.1:8333 (repeatable)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("stats", help="print the tree shape and counters as JSON")
-    p.add_argument("path")
-    p = sub.add_parser("get", help="print the value of a key (exit 1 if absent)")
-    p.add_argument("path")
+    sub.add_parser("stats", parents=[common], help="print the tree shape and counters as JSON")
+    p = sub.add_parser("get", parents=[common],
+                       help="print the value of a key (exit 1 if absent)")
     p.add_argument("key", type=_key)
-    p = sub.add_parser("put", help="set a key (synced before exit)")
-    p.add_argument("path")
+    p = sub.add_parser("put", parents=[common], help="set a key (synced before exit)")
     p.add_argument("key", type=_key)
     p.add_argument("value", type=_key)
-    p = sub.add_parser("delete", help="delete a key (synced before exit)")
-    p.add_argument("path")
+    p = sub.add_parser("delete", parents=[common], help="delete a key (synced before exit)")
     p.add_argument("key", type=_key)
-    p = sub.add_parser("scan", help="print key<TAB>value lines in [start, end)")
-    p.add_argument("path")
+    p = sub.add_parser("scan", parents=[common], help="print key<TAB>value lines in [start, end)")
     p.add_argument("--start", type=_key)
     p.add_argument("--end", type=_key)
     p.add_argument("--reverse", action="store_true")
-    p.add_argument("--limit", type=int, default=0, help="stop after N records (0: all)")
-    p = sub.add_parser("compact", help="flush and compact everything into the last level")
-    p.add_argument("path")
-    p = sub.add_parser("check", help="read every record, verifying every checksum")
-    p.add_argument("path")
-    args = ap.parse_args(argv)
+    p.add_argument("--limit", type=_count, default=0, help="stop after N records (0: all)")
+    sub.add_parser("compact", parents=[common],
+                   help="flush and compact everything into the last level")
+    sub.add_parser("check", parents=[common],
+                   help="read every record, verifying every checksum")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    opts: dict[str, Any] = {"create_if_missing": args.cmd == "put"}
+    if args.object_store:
+        opts.update(object_store=args.object_store,
+                    object_store_options=dict(args.object_store_option))
     try:
-        with rocksmash.open(args.path, create_if_missing=args.cmd == "put") as db:
+        return _run(args, opts)
+    except BrokenPipeError:  # `rocksmash scan db | head`: the reader left; so do we
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
+    try:
+        with rocksmash.open(args.path, **opts) as db:
             if args.cmd == "stats":
                 print(json.dumps(db.stats(), indent=2))
             elif args.cmd == "get":

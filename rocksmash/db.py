@@ -722,6 +722,26 @@ class DB:
             raise KeyError(key)
         return value
 
+    def __iter__(self) -> Iterator[bytes]:
+        """The keys in order (a scan: ``for key in db``, ``list(db)``). No ``len()``:
+        counting would read everything."""
+        return self.keys()
+
+    def keys(self, start: bytes | None = None, end: bytes | None = None, *,
+             reverse: bool = False) -> Iterator[bytes]:
+        """Keys with ``start <= key < end``, in order; a scan (see :meth:`scan`)."""
+        return (k for k, _ in self.scan(start, end, reverse=reverse))
+
+    def values(self, start: bytes | None = None, end: bytes | None = None, *,
+               reverse: bool = False) -> Iterator[bytes]:
+        """Values of the keys with ``start <= key < end``, in key order."""
+        return (v for _, v in self.scan(start, end, reverse=reverse))
+
+    def items(self, start: bytes | None = None, end: bytes | None = None, *,
+              reverse: bool = False) -> DBIterator:
+        """``(key, value)`` with ``start <= key < end``: the same as :meth:`scan`."""
+        return self.scan(start, end, reverse=reverse)
+
     def __contains__(self, key: object) -> bool:
         return self.get(key) is not None  # type: ignore[arg-type]
 

@@ -296,3 +296,17 @@ def test_readers_never_see_a_write_half_done(tmp_path, monkeypatch):
             assert not errors, errors[:5]
     finally:
         sys.setswitchinterval(old)
+
+
+def test_iterating_a_database_gives_its_keys(tmp_path):
+    """Before: list(db) raised InvalidTypeError (Python fell back to db[0], db[1], ...)."""
+    with rocksmash.open(tmp_path, background_processes=False) as db:
+        for k in (b"b", b"a", b"c"):
+            db.put(k, k.upper())
+        db.delete(b"c")
+        assert list(db) == [b"a", b"b"] and [k for k in db] == [b"a", b"b"]
+        assert list(db.keys(b"b")) == [b"b"] and list(db.keys(reverse=True)) == [b"b", b"a"]
+        assert list(db.values()) == [b"A", b"B"]
+        assert dict(db.items()) == {b"a": b"A", b"b": b"B"}
+        with pytest.raises(TypeError):
+            len(db)

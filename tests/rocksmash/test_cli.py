@@ -25,3 +25,52 @@ def test_cli_round_trip(tmp_path, capsys):
 def test_cli_reports_errors(tmp_path, capsys):
     assert main(["get", str(tmp_path / "missing"), "k"]) == 3
     assert "InvalidArgumentError" in capsys.readouterr().err
+
+
+def test_cli_version_and_usage_errors(tmp_path, capsys):
+    import pytest
+
+    import rocksmash
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == (
+        f"rocksmash {rocksmash.__version__}")
+    for bad in (["scan", str(tmp_path), "--limit", "-1"],
+                ["get", str(tmp_path), "k", "--object-store-option", "novalue"]):
+        with pytest.raises(SystemExit) as e:
+            main(bad)
+        assert e.value.code == 2
+
+
+def test_cli_opens_a_tiered_database(tmp_path, capsys):
+    import rocksmash
+
+    store = f"file://{tmp_path}/bucket"
+    with rocksmash.open(tmp_path / "db", object_store=store, local_budget=0,
+                        memtable_size="16KiB") as db:
+        for i in range(2000):
+            db.put(b"k%05d" % i, b"v%05d" % i)
+        db.compact_range()
+        assert db.stats()["cloud"]["cloud_tables"] > 0
+    assert main(["get", str(tmp_path / "db"), "k00042", "--object-store", store]) == 0
+    assert capsys.readouterr().out == "v00042\n"
+    assert main(["get", str(tmp_path / "db"), "k00042"]) == 3  # without it: a clear error
+    assert "object_store" in capsys.readouterr().err
+
+
+def test_cli_scan_into_a_closed_pipe_is_quiet(tmp_path):
+    import subprocess
+    import sys
+
+    import rocksmash
+
+    with rocksmash.open(tmp_path / "db", background_processes=False) as db:
+        for i in range(30000):
+            db.put(b"k%06d" % i, b"v" * 40)
+    proc = subprocess.Popen([sys.executable, "-m", "rocksmash.cli", "scan", str(tmp_path / "db")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"k000000\t")
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and b"Traceback" not in err, err
