@@ -16,23 +16,11 @@ import pytest
 
 import rocksmash
 from rocksmash import ClosedError, CorruptionError, InvalidArgumentError, InvalidTypeError
-from rocksmash.filenames import parse_name
 from rocksmash.log_format import DAMAGED, TORN, encode_record, read_records
 
+from .test_corruption import files, flip
+
 OPTS = dict(background_processes=False)
-
-
-def files(path, kind):
-    return [os.path.join(path, n) for n in sorted(os.listdir(path))
-            if parse_name(n) and parse_name(n)[0] == kind]
-
-
-def flip(path, offset, mask=0x01):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ mask]))
 
 
 def last_record_offset(path, start=0):
