@@ -28,7 +28,7 @@ from torch.futures import Future
 
 from bespokv.training.chunks import read_chunk
 from bespokv.training.errors import CheckpointError, InvalidArgumentError
-from bespokv.training.records import split_checkpoint_id
+from bespokv.training.records import checkpoint_id_of
 from bespokv.training.store import CheckpointStore
 
 __all__ = ["KVStorageReader", "WINDOW_BYTES"]
@@ -45,19 +45,13 @@ class KVStorageReader(StorageReader):
         if not isinstance(store, CheckpointStore):
             raise InvalidArgumentError(f"KVStorageReader needs a CheckpointStore, not {type(store).__name__}")
         self.store = store
-        self.checkpoint_id = None if checkpoint_id is None else self._check(checkpoint_id)
+        self.checkpoint_id = None if checkpoint_id is None else checkpoint_id_of(checkpoint_id)
         self.storage_data: dict[Any, Any] = {}
-
-    @staticmethod
-    def _check(checkpoint_id: str | os.PathLike[str]) -> str:
-        cid = os.fspath(checkpoint_id) if isinstance(checkpoint_id, (str, os.PathLike)) else checkpoint_id
-        split_checkpoint_id(cid)
-        return str(cid)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self.storage_data = {}
         if checkpoint_id is not None:
-            self.checkpoint_id = self._check(checkpoint_id)
+            self.checkpoint_id = checkpoint_id_of(checkpoint_id)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         if self.checkpoint_id is None:

@@ -41,7 +41,7 @@ from torch.futures import Future
 
 from bespokv.training.chunks import check_of, digest_of, pin_and_upload
 from bespokv.training.errors import InvalidArgumentError
-from bespokv.training.records import split_checkpoint_id
+from bespokv.training.records import checkpoint_id_of
 from bespokv.training.store import CheckpointStore, SaveStats
 
 __all__ = ["KVStorageWriter", "tensor_bytes"]
@@ -104,21 +104,15 @@ class KVStorageWriter(StorageWriter):
         if not isinstance(store, CheckpointStore):
             raise InvalidArgumentError(f"KVStorageWriter needs a CheckpointStore, not {type(store).__name__}")
         self.store = store
-        self.checkpoint_id = None if checkpoint_id is None else self._check(checkpoint_id)
+        self.checkpoint_id = None if checkpoint_id is None else checkpoint_id_of(checkpoint_id)
         self.step = step
         self.is_coordinator = False
         self.save_id: str | None = None
         self.last_stats: SaveStats | None = None
 
-    @staticmethod
-    def _check(checkpoint_id: str | os.PathLike[str]) -> str:
-        cid = os.fspath(checkpoint_id) if isinstance(checkpoint_id, (str, os.PathLike)) else checkpoint_id
-        split_checkpoint_id(cid)
-        return str(cid)
-
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         if checkpoint_id is not None:
-            self.checkpoint_id = self._check(checkpoint_id)
+            self.checkpoint_id = checkpoint_id_of(checkpoint_id)
         self.save_id = None
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any
 
 from bespokv.training.errors import CheckpointError, InvalidArgumentError
@@ -30,6 +31,7 @@ __all__ = [
     "metadata_key",
     "chunk_key",
     "split_checkpoint_id",
+    "checkpoint_id_of",
     "step_of",
 ]
 
@@ -137,6 +139,13 @@ def split_checkpoint_id(checkpoint_id: object) -> tuple[str, str]:
     if any(c < " " or c == "\x7f" for c in checkpoint_id):
         raise InvalidArgumentError(f"checkpoint id {checkpoint_id!r} contains a control character")
     return run, name
+
+
+def checkpoint_id_of(checkpoint_id: object) -> str:
+    """A checked checkpoint id (``str`` or path-like, as DCP passes it) as a ``str``."""
+    cid = os.fspath(checkpoint_id) if isinstance(checkpoint_id, (str, os.PathLike)) else checkpoint_id
+    split_checkpoint_id(cid)
+    return str(cid)
 
 
 def step_of(name: str) -> int | None:
