@@ -1,10 +1,9 @@
 """One rank of test_training_multirank: gloo on 127.0.0.1, DTensor shards, DCP save/load.
 
-    python multirank_child.py RANK WORLD PORT BESPOKV_ADDRS OBJECTS_DIR {save|reshard}
+    python multirank_child.py RANK WORLD PORT BESPOKV_ADDRS OBJECTS_DIR
 
-``save``: each rank holds its Shard(0) of every tensor and saves "run/step-1".
-``reshard``: each rank loads "run/step-1" into a Shard(1) layout and checks its part.
-Prints ``ok`` when its checks pass.
+Each rank holds its Shard(0) of every tensor and saves "run/step-1"; then each loads it
+into a Shard(1) layout (DCP reshards) and checks its part. Prints ``ok`` when it passes.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def full_state() -> dict[str, torch.Tensor]:
 
 def main() -> None:
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    addrs, objects_dir, mode = sys.argv[4].split(","), sys.argv[5], sys.argv[6]
+    addrs, objects_dir = sys.argv[4].split(","), sys.argv[5]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
@@ -43,15 +42,14 @@ def main() -> None:
         with Client(addrs) as client:
             store = CheckpointStore(client, cloudtier.open_store("file://" + objects_dir), chunk_size=64)
             full = full_state()
-            if mode == "save":
-                sd = {k: distribute_tensor(v, mesh, [Shard(0)]) for k, v in full.items()}
-                dcp.save({"model": sd}, storage_writer=KVStorageWriter(store, "run/step-1"))
-            else:
-                sd = {k: distribute_tensor(torch.zeros_like(v), mesh, [Shard(1)]) for k, v in full.items()}
-                dcp.load({"model": sd}, storage_reader=KVStorageReader(store, "run/step-1"))
-                for k, v in full.items():
-                    want = distribute_tensor(v, mesh, [Shard(1)]).to_local()
-                    assert torch.equal(sd[k].to_local(), want), k
+            sd = {k: distribute_tensor(v, mesh, [Shard(0)]) for k, v in full.items()}
+            dcp.save({"model": sd}, storage_writer=KVStorageWriter(store, "run/step-1"))
+            dist.barrier()
+            sd = {k: distribute_tensor(torch.zeros_like(v), mesh, [Shard(1)]) for k, v in full.items()}
+            dcp.load({"model": sd}, storage_reader=KVStorageReader(store, "run/step-1"))
+            for k, v in full.items():
+                want = distribute_tensor(v, mesh, [Shard(1)]).to_local()
+                assert torch.equal(sd[k].to_local(), want), k
         dist.barrier()
         print("ok", flush=True)
     finally:
