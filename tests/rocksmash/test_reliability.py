@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 import rocksmash
-from rocksmash import ClosedError, CorruptionError, InvalidArgumentError, InvalidTypeError
+from rocksmash import ClosedError, CorruptionError, Error, InvalidArgumentError, InvalidTypeError
 from rocksmash.log_format import DAMAGED, TORN, encode_record, read_records
 
 from .test_corruption import files, flip
@@ -364,3 +364,30 @@ def test_failed_open_releases_the_lock(tmp_path):
         rocksmash.open(tmp_path, **OPTS, num_levels=3)
     with rocksmash.open(tmp_path, **OPTS) as db:  # not LockedError
         assert db.get(b"k00001") == b"v00001" * 5
+
+
+def test_failed_fsync_stops_writes_with_a_clear_error(tmp_path, monkeypatch):
+    """After a failed fsync the kernel may have dropped the dirty pages: the write raises
+    (not a raw OSError), later writes raise too, and a reopen recovers what was synced."""
+    import errno
+
+    db = rocksmash.open(tmp_path, **OPTS)
+    try:
+        for i in range(100):
+            db.put(b"k%03d" % i, b"v", sync=True)
+        real = os.fdatasync
+
+        def broken(fd):
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", broken)
+        with pytest.raises(Error, match="fsync failed"):
+            db.put(b"lost", b"?", sync=True)
+        monkeypatch.setattr(os, "fdatasync", real)
+        with pytest.raises(Error, match="fsync failed"):
+            db.put(b"after", b"x")
+    finally:
+        db.close()
+    with rocksmash.open(tmp_path, **OPTS) as db:
+        assert all(db.get(b"k%03d" % i) == b"v" for i in range(100))
+        db.put(b"after", b"reopened", sync=True)
