@@ -41,6 +41,7 @@ class AutoBatcher(Generic[T, R]):
         self._inflight = 0
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._batches: dict[int, list[tuple[T, asyncio.Future[R]]]] = {}  # in flight, for abort()
         self.batches = 0
         self.items = 0
 
@@ -64,6 +65,7 @@ class AutoBatcher(Generic[T, R]):
             task.add_done_callback(self._tasks.discard)
 
     async def _run(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        self._batches[id(batch)] = batch
         try:
             results = await self._send([item for item, _ in batch])
             if len(results) != len(batch):
@@ -82,12 +84,27 @@ class AutoBatcher(Generic[T, R]):
             if not isinstance(exc, Exception):
                 raise
         finally:
+            self._batches.pop(id(batch), None)
             self.batches += 1
             self.items += len(batch)
             self._inflight -= 1
             if self._queue and not self._scheduled:
                 self._scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
+
+    def abort(self, exc: Exception) -> None:
+        """Fail every queued and in-flight item with ``exc`` and cancel the calls in flight
+        (their server may be gone or paused); the batcher stays usable."""
+        for batch in list(self._batches.values()):
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc)
+        for _, fut in self._queue:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._queue.clear()
+        for t in list(self._tasks):
+            t.cancel()
 
     def close(self) -> None:
         for t in list(self._tasks):

@@ -116,7 +116,10 @@ class AsyncClient:
         max_inflight: int = 2,
         limits: Limits | None = None,
         seed: int | None = None,
+        watch: bool = True,
     ) -> None:
+        self.watch = watch
+        self._watchers: list[asyncio.Task[None]] = []
         self.seeds = [addresses] if isinstance(addresses, str) else list(addresses)
         if not self.seeds:
             raise InvalidArgumentError("a client needs at least one node address")
@@ -170,10 +173,49 @@ class AsyncClient:
         return self._map
 
     async def connect(self) -> AsyncClient:
-        """Fetch the shard map from the first seed that answers."""
+        """Fetch the shard map from the first seed that answers (and, with ``watch``,
+        follow its changes in the background)."""
         if self._map is None:
             await self.refresh_map()
+        if self.watch and not self._watchers and not self._closed:
+            # Two watches on two different nodes: one of them may be the node that fails
+            # (a paused node keeps its stream open and says nothing).
+            self._watchers = [asyncio.ensure_future(self._watch_map(k)) for k in (0, 1)]
         return self
+
+    def _install(self, new: ShardMap) -> None:
+        """Adopt a newer map. Calls in flight to nodes that no longer replicate any shard
+        (dropped by a failover: dead, or paused and so silent) fail at once with
+        UNAVAILABLE and are retried on the new map, instead of waiting for their deadline."""
+        old = self._map
+        if old is not None and new.epoch <= old.epoch:
+            return
+        self._map = new
+        if old is None:
+            return
+        serving = {r for s in new.shards.values() for r in s.replicas}
+        for node in {r for s in old.shards.values() for r in s.replicas} - serving:
+            b = self._batchers.get(node)
+            if b is not None:
+                b.abort(UnavailableError(f"{node} was dropped from the cluster at epoch {new.epoch}"))
+
+    async def _watch_map(self, i: int) -> None:
+        """Follow the map over ``Admin.WatchShardMap``, from one node at a time."""
+        while not self._closed:
+            nodes = [n.address for n in self._shard_map().nodes.values()]
+            addresses = list(dict.fromkeys(self.seeds + nodes))
+            addr = addresses[i % len(addresses)]
+            i += 2
+            try:
+                async for resp in pbg.AdminStub(self._channel(addr)).WatchShardMap(
+                    pb.ShardMapRequest(), metadata=self._md
+                ):
+                    self._install(_shard_map_from_proto(resp))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - that node is gone or paused: watch another
+                pass
+            await asyncio.sleep(0.2)
 
     async def refresh_map(self) -> ShardMap:
         """Fetch the shard map again (after FAILED_PRECONDITION: wrong shard)."""
@@ -191,8 +233,8 @@ class AsyncClient:
                         resp = await pbg.AdminStub(self._channel(addr)).ShardMap(
                             pb.ShardMapRequest(), timeout=min(self.timeout, 3.0), metadata=self._md
                         )
-                        self._map = _shard_map_from_proto(resp)
-                        return self._map
+                        self._install(_shard_map_from_proto(resp))
+                        return self._shard_map()
                     except grpc.aio.AioRpcError as exc:
                         err = from_status(exc.code(), exc.details())
                         if not err.retriable and not isinstance(err, DeadlineExceededError):
@@ -221,6 +263,9 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        for w in self._watchers:
+            w.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
         for b in self._batchers.values():
             b.close()
         for ch in self._channels.values():

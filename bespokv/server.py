@@ -117,6 +117,8 @@ class Node:
         self._forwarders: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._stopping = False
         self._map_lock = asyncio.Lock()
+        #: set (and replaced) whenever the coordinator installs a new map (WatchShardMap)
+        self.map_changed = asyncio.Event()
         self._alive: set[str] | None = None  # last liveness set seen (etcd coordinator)
         self._background: set[asyncio.Task[None]] = set()
         self.peers: PeerPool
@@ -204,6 +206,7 @@ class Node:
         if self._stopping:
             return
         self._stopping = True
+        self.map_changed.set()  # ends WatchShardMap streams
         try:
             await self.health.enter_graceful_shutdown()
         except Exception:  # noqa: BLE001 - best effort
@@ -246,6 +249,8 @@ class Node:
         task.add_done_callback(self._background.discard)
 
     def _on_map(self, smap: ShardMap) -> None:
+        changed, self.map_changed = self.map_changed, asyncio.Event()
+        changed.set()
         if not self._stopping:
             self._spawn(self._apply_map(smap))
 
@@ -764,6 +769,18 @@ class _Admin:
         self, request: pb.ClusterStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.ClusterStatusResponse:
         return await self.n.cluster_status()
+
+    async def WatchShardMap(
+        self, request: pb.ShardMapRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ShardMapResponse]:
+        sent = 0
+        while not self.n._stopping:
+            changed = self.n.map_changed
+            epoch = self.n.shard_map.epoch
+            if epoch > sent:
+                sent = epoch
+                yield self.n.shard_map_proto()
+            await changed.wait()
 
 
 class _Peer:

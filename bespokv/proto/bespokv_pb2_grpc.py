@@ -400,6 +400,11 @@ class AdminStub:
                 request_serializer=bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusResponse.FromString,
                 _registered_method=True)
+        self.WatchShardMap = channel.unary_stream(
+                '/bespokv.v1.Admin/WatchShardMap',
+                request_serializer=bespokv_dot_proto_dot_bespokv__pb2.ShardMapRequest.SerializeToString,
+                response_deserializer=bespokv_dot_proto_dot_bespokv__pb2.ShardMapResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -427,6 +432,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchShardMap(self, request, context):
+        """The node's shard map now, then again after every change (clients watch it to follow
+        failovers without waiting for a request to fail).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -444,6 +457,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ClusterStatus,
                     request_deserializer=bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusRequest.FromString,
                     response_serializer=bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusResponse.SerializeToString,
+            ),
+            'WatchShardMap': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchShardMap,
+                    request_deserializer=bespokv_dot_proto_dot_bespokv__pb2.ShardMapRequest.FromString,
+                    response_serializer=bespokv_dot_proto_dot_bespokv__pb2.ShardMapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -530,6 +548,33 @@ class Admin:
             '/bespokv.v1.Admin/ClusterStatus',
             bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusRequest.SerializeToString,
             bespokv_dot_proto_dot_bespokv__pb2.ClusterStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/bespokv.v1.Admin/WatchShardMap',
+            bespokv_dot_proto_dot_bespokv__pb2.ShardMapRequest.SerializeToString,
+            bespokv_dot_proto_dot_bespokv__pb2.ShardMapResponse.FromString,
             options,
             channel_credentials,
             insecure,

