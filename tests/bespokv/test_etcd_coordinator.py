@@ -92,7 +92,8 @@ def test_changes_are_compare_and_swap_with_rising_epochs_and_reach_watchers(etcd
 
             # Two coordinators change one shard at once: both changes land, in some order.
             await asyncio.gather(a.change_shard(0, drop(replicas[0])), b.change_shard(0, drop(replicas[1])))
-            assert a.shard_map().epoch == start + 2
+            # Each sees the other's change through its watch.
+            await wait_for(lambda: a.shard_map().epoch == start + 2, 10, "a to see both changes")
             await wait_for(lambda: b.shard_map().epoch == start + 2, 10, "b to see both changes")
             s0 = b.shard_map().shard(0)
             assert s0.replicas == replicas[2:] and s0.epoch == start + 2
