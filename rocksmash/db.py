@@ -46,7 +46,7 @@ from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
-from .worker import WorkerDied, WorkerProcess
+from .worker import WorkerPool, shared_pool
 from .write_batch import WriteBatch, encode_batch
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
@@ -227,9 +227,9 @@ class DB:
         self._job_opts = {"block_size": opts.block_size, "compression": opts.compression,
                           "bloom_bits_per_key": opts.bloom_bits_per_key}
         self._drop_damaged_tail = opts.wal_recovery == "drop_corrupt_tail"
-        lock_fd = self._file_lock.fileno()
-        self._flush_worker = WorkerProcess(lock_fd) if opts.background_processes else None
-        self._compaction_worker = (WorkerProcess(lock_fd) if opts.background_processes
+        # The process's shared worker pools (None: jobs run on this process's threads).
+        self._flush_worker = shared_pool("flush") if opts.background_processes else None
+        self._compaction_worker = (shared_pool("compaction") if opts.background_processes
                                    else None)
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
@@ -439,26 +439,21 @@ class DB:
         """Replay WAL segments, up to ``recovery_processes`` at once (worker processes:
         the flush and compaction workers plus temporary ones, stopped afterwards)."""
         if self._flush_worker is None or len(tasks) <= 1:
-            return replay_segments(tasks, self._run_job, [self._flush_worker])
+            return replay_segments(tasks, lambda t: self._run_job(
+                self._flush_worker, "flush_segment", **t), 1)
         n = min(len(tasks), self.options.recovery_processes or max(2, os.cpu_count() or 1))
-        extra = [WorkerProcess(self._file_lock.fileno()) for _ in range(max(0, n - 2))]
-        workers: list[WorkerProcess | None] = [self._flush_worker, self._compaction_worker,
-                                               *extra][:n]
-        self._stats["recovery_processes"] = len(workers)
+        pool = WorkerPool(n)  # its own processes, so the option holds whatever else runs
+        self._stats["recovery_processes"] = n
         try:
-            return replay_segments(tasks, self._run_job, workers)
+            return replay_segments(tasks, lambda t: pool.call("flush_segment", **t), n)
         finally:
-            for w in extra:
-                w.stop()
+            pool.stop()
 
-    def _run_job(self, worker: WorkerProcess | None, job: str, **kwargs: Any) -> Any:
-        """Run a job in ``worker`` (or inline); a worker that died is restarted once."""
-        if worker is None:
+    def _run_job(self, pool: WorkerPool | None, job: str, **kwargs: Any) -> Any:
+        """Run a job in a worker of ``pool`` (or inline, on this thread)."""
+        if pool is None:
             return JOBS[job](**kwargs)
-        try:
-            return worker.call(job, **kwargs)
-        except WorkerDied:
-            return worker.call(job, **kwargs)
+        return pool.call(job, **kwargs)
 
     # ----------------------------------------------------------------- writes
 
@@ -1215,10 +1210,6 @@ class DB:
             self._update_stall()
             self._cv.notify_all()
 
-    def _shutdown_workers(self) -> None:
-        for w in (getattr(self, "_flush_worker", None), getattr(self, "_compaction_worker", None)):
-            if w is not None:
-                w.stop()
 
     # ----------------------------------------------------------------- maintenance
 
@@ -1315,7 +1306,6 @@ class DB:
         with self._lock:
             self._closed = True
         _open_dbs.discard(self)
-        self._shutdown_workers()
         with self._sync_lock:
             for w in self._old_wals + [self._wal]:
                 try:
@@ -1345,7 +1335,6 @@ class DB:
     def _abandon(self) -> None:
         """After a failed open: release everything that was acquired, never raising (the
         open's own error is the one to see), so the next open can succeed."""
-        self._shutdown_workers()
         if getattr(self, "_fresh", False):
             # A new database whose open failed: leave no half-made one behind (a retry
             # starts again from the bucket). Other files go at the next open.

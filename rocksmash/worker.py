@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from .errors import Error
 
-__all__ = ["WorkerProcess", "WorkerDied"]
+__all__ = ["WorkerProcess", "WorkerPool", "WorkerDied", "shared_pool"]
 
 _LEN = struct.Struct("<I")
 
@@ -50,10 +50,10 @@ def _write_frame(f: IO[bytes], data: bytes) -> None:
 class WorkerProcess:
     """A lazily started worker; :meth:`call` runs one job in it. One caller at a time.
 
-    ``lock_fd``, the database's lock file descriptor, is inherited by the worker, so the
-    database stays locked while a worker lives: a worker orphaned by a killed parent can
-    never write files that a new opener is writing too. The worker also asks the kernel
-    to kill it when its parent dies (Linux), so such a lock is held only for a moment.
+    The worker asks the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``)
+    and exits when its stdin closes, so a worker orphaned by a killed parent cannot go on
+    writing files that a new opener of the database writes too. ``lock_fd`` (optional) is
+    a lock descriptor for the worker to inherit, holding that lock while it lives.
     """
 
     def __init__(self, lock_fd: int | None = None) -> None:
@@ -113,6 +113,74 @@ class WorkerProcess:
         """Stop the worker (it finishes a running job first; killed after 10 s)."""
         with self._lock:
             self._stop_locked()
+
+
+class WorkerPool:
+    """Up to ``size`` worker processes, started when first needed; :meth:`call` runs a job
+    on a free one (waiting for one if all are busy). Thread-safe. A worker that died is
+    restarted and the job tried once more."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._idle: list[WorkerProcess] = []
+        self._count = 0
+        self._cv = threading.Condition()
+
+    def call(self, job: str, **kwargs: Any) -> Any:
+        with self._cv:
+            while not self._idle and self._count >= self.size:
+                self._cv.wait()
+            if self._idle:
+                w = self._idle.pop()
+            else:
+                w = WorkerProcess()
+                self._count += 1
+        try:
+            try:
+                return w.call(job, **kwargs)
+            except WorkerDied:
+                return w.call(job, **kwargs)
+        finally:
+            with self._cv:
+                self._idle.append(w)
+                self._cv.notify()
+
+    @property
+    def pids(self) -> list[int]:
+        with self._cv:
+            return [w.pid for w in self._idle if w.pid is not None]
+
+    def stop(self) -> None:
+        """Stop the idle workers (call it when no job runs: a busy worker is not stopped)."""
+        with self._cv:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for w in idle:
+            w.stop()
+
+
+#: The process-wide pools, by kind ("flush", "compaction"): every database of the process
+#: shares them (decision 0002), so many small databases cost few processes.
+_pools: dict[str, WorkerPool] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_pool(kind: str) -> WorkerPool:
+    """The process's pool of ``kind``, with one worker per CPU (at least 2)."""
+    with _pools_lock:
+        pool = _pools.get(kind)
+        if pool is None:
+            pool = _pools[kind] = WorkerPool(max(2, os.cpu_count() or 1))
+        return pool
+
+
+def _forget_pools_in_child() -> None:
+    # A fork child must not talk to its parent's workers (their pipes are shared): it
+    # starts its own when it needs them.
+    _pools.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 def _die_with_parent() -> None:

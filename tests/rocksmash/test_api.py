@@ -200,17 +200,29 @@ def test_stats_shape(db):
     assert s["table_bytes"] > 0
 
 
-def test_workers_stop_on_close(tmp_path):
+def test_databases_share_the_processes_worker_pools(tmp_path):
+    """Five databases that all flush and compact use the process's two shared pools (one
+    worker per CPU, at least 2, each), not two workers each."""
     psutil = pytest.importorskip("psutil")
-    db = rocksmash.open(tmp_path, memtable_size="4KiB")
-    for i in range(500):
-        db.put(b"%05d" % i, b"x" * 50)
-    db.flush()
-    pids = [w.pid for w in (db._flush_worker, db._compaction_worker) if w.pid]
-    assert pids
-    db.close()
-    for pid in pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    from rocksmash.worker import shared_pool
+
+    dbs = [rocksmash.open(tmp_path / f"db{i}", memtable_size="4KiB") for i in range(5)]
+    try:
+        for db in dbs:
+            for i in range(500):
+                db.put(b"%05d" % i, b"x" * 50)
+            db.flush()
+            db.compact_range()
+        pids = set(shared_pool("flush").pids) | set(shared_pool("compaction").pids)
+        assert 2 <= len(pids) <= 2 * shared_pool("flush").size
+        assert all(psutil.pid_exists(p) for p in pids)
+    finally:
+        for db in dbs:
+            db.close()
+    with rocksmash.open(tmp_path / "db0") as db:  # reopened: the same workers serve it
+        db.put(b"more", b"x")
+        db.flush()
+        assert set(shared_pool("flush").pids) <= pids | set(shared_pool("flush").pids)
 
 
 def test_concurrent_writers_and_readers(tmp_path):
