@@ -143,6 +143,7 @@ class AsyncClient:
         self._batchers: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._refreshing: asyncio.Future[None] | None = None
         self._last_refresh = 0.0
+        self._down: set[str] = set()  # nodes the cluster reports down (etcd liveness)
         self._closed = False
 
     @classmethod
@@ -183,21 +184,28 @@ class AsyncClient:
             self._watchers = [asyncio.ensure_future(self._watch_map(k)) for k in (0, 1)]
         return self
 
-    def _install(self, new: ShardMap) -> None:
-        """Adopt a newer map. Calls in flight to nodes that no longer replicate any shard
-        (dropped by a failover: dead, or paused and so silent) fail at once with
-        UNAVAILABLE and are retried on the new map, instead of waiting for their deadline."""
+    def _install(self, new: ShardMap, down: Iterable[str] = ()) -> None:
+        """Adopt a newer map, and the nodes reported down. Calls in flight to a node that
+        no longer replicates any shard (dropped by a failover) or that is down (its lease
+        expired: dead, or paused and so silent) fail at once with UNAVAILABLE and are
+        retried on the new map or another replica, instead of waiting for their deadline."""
         old = self._map
-        if old is not None and new.epoch <= old.epoch:
+        down = set(down)
+        if old is not None and new.epoch < old.epoch:
+            return
+        if old is not None and new.epoch == old.epoch and down == self._down:
             return
         self._map = new
+        newly_down = down - self._down
+        self._down = down
         if old is None:
             return
         serving = {r for s in new.shards.values() for r in s.replicas}
-        for node in {r for s in old.shards.values() for r in s.replicas} - serving:
+        gone = ({r for s in old.shards.values() for r in s.replicas} - serving) | newly_down
+        for node in gone:
             b = self._batchers.get(node)
             if b is not None:
-                b.abort(UnavailableError(f"{node} was dropped from the cluster at epoch {new.epoch}"))
+                b.abort(UnavailableError(f"{node} is down or was dropped (map epoch {new.epoch})"))
 
     async def _watch_map(self, i: int) -> None:
         """Follow the map over ``Admin.WatchShardMap``, from one node at a time."""
@@ -210,7 +218,7 @@ class AsyncClient:
                 async for resp in pbg.AdminStub(self._channel(addr)).WatchShardMap(
                     pb.ShardMapRequest(), metadata=self._md
                 ):
-                    self._install(_shard_map_from_proto(resp))
+                    self._install(_shard_map_from_proto(resp), resp.down)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - that node is gone or paused: watch another
@@ -233,7 +241,7 @@ class AsyncClient:
                         resp = await pbg.AdminStub(self._channel(addr)).ShardMap(
                             pb.ShardMapRequest(), timeout=min(self.timeout, 3.0), metadata=self._md
                         )
-                        self._install(_shard_map_from_proto(resp))
+                        self._install(_shard_map_from_proto(resp), resp.down)
                         return self._shard_map()
                     except grpc.aio.AioRpcError as exc:
                         err = from_status(exc.code(), exc.details())
@@ -292,6 +300,10 @@ class AsyncClient:
     def target(self, info: ShardInfo, *, write: bool) -> str:
         """The node this client sends an operation on shard ``info`` to."""
         home = self._home_of(info)
+        if info.mode in ACTIVE_ACTIVE and self._down:
+            # Any replica serves: skip those the cluster reports down.
+            n = len(info.replicas)
+            home = next((home + k for k in range(n) if info.replicas[(home + k) % n] not in self._down), home)
         if write:
             return write_node(info, home)
         return read_node(info, home, read_from=self.read_from)

@@ -53,6 +53,10 @@ class Coordinator(abc.ABC):
         (never, for a coordinator that does not track liveness)."""
         return lambda: None
 
+    def down(self) -> set[str]:
+        """Nodes of the map known to be down (none, for a coordinator without liveness)."""
+        return set()
+
     def can_serve(self) -> bool:
         """False while this node cannot be sure it is still a member (its lease may have
         expired, so the cluster may have failed over without it): it then serves nothing

@@ -268,6 +268,9 @@ class EtcdCoordinator(Coordinator):
         """Nodes whose liveness lease is held (as of the last event seen)."""
         return set(self._alive)
 
+    def down(self) -> set[str]:
+        return set(self.shard_map().nodes) - self._alive
+
     def subscribe_alive(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
         self._alive_listeners.append(listener)
         return lambda: self._alive_listeners.remove(listener)

@@ -278,6 +278,8 @@ class Node:
                     c.ctx.epoch = info.epoch
 
     def _on_alive(self, alive: set[str]) -> None:
+        changed, self.map_changed = self.map_changed, asyncio.Event()
+        changed.set()  # watchers learn who is down
         before, self._alive = self._alive, set(alive)
         if before is None or self._stopping:
             return
@@ -673,6 +675,7 @@ class Node:
                 pb.ShardEntry(id=s.id, mode=s.mode, replicas=list(s.replicas), epoch=s.epoch)
                 for s in smap.shards.values()
             ],
+            down=sorted(self.coordinator.down()),
         )
 
     async def node_status(self) -> pb.NodeStatus:
@@ -773,12 +776,12 @@ class _Admin:
     async def WatchShardMap(
         self, request: pb.ShardMapRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ShardMapResponse]:
-        sent = 0
+        sent: tuple[int, frozenset[str]] = (0, frozenset())
         while not self.n._stopping:
             changed = self.n.map_changed
-            epoch = self.n.shard_map.epoch
-            if epoch > sent:
-                sent = epoch
+            now = (self.n.shard_map.epoch, frozenset(self.n.coordinator.down()))
+            if now != sent:
+                sent = now
                 yield self.n.shard_map_proto()
             await changed.wait()
 

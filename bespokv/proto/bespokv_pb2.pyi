@@ -193,18 +193,20 @@ class ShardEntry(_message.Message):
     def __init__(self, id: _Optional[int] = ..., mode: _Optional[str] = ..., replicas: _Optional[_Iterable[str]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ShardMapResponse(_message.Message):
-    __slots__ = ("epoch", "cluster", "vnodes", "nodes", "shards")
+    __slots__ = ("epoch", "cluster", "vnodes", "nodes", "shards", "down")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     VNODES_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
+    DOWN_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     cluster: str
     vnodes: int
     nodes: _containers.RepeatedCompositeFieldContainer[NodeEntry]
     shards: _containers.RepeatedCompositeFieldContainer[ShardEntry]
-    def __init__(self, epoch: _Optional[int] = ..., cluster: _Optional[str] = ..., vnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeEntry, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardEntry, _Mapping]]] = ...) -> None: ...
+    down: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, epoch: _Optional[int] = ..., cluster: _Optional[str] = ..., vnodes: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeEntry, _Mapping]]] = ..., shards: _Optional[_Iterable[_Union[ShardEntry, _Mapping]]] = ..., down: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NodeStatsRequest(_message.Message):
     __slots__ = ()
