@@ -66,7 +66,7 @@ class PrimaryBackupControlet(MasterSlaveControlet):
     def _max_lag(self) -> int:
         # A replica receiving a full copy is not counted: it catches up from the log
         # right after, and holding writers back for the length of a copy would stall them.
-        return max((l.lag for l in self.links.values() if l.connected and not l.copying), default=0)
+        return max((lk.lag for lk in self.links.values() if lk.connected and not lk.copying), default=0)
 
     async def _wait_for_lag(self) -> None:
         bound = self.ctx.tuning.max_lag_entries
@@ -86,7 +86,7 @@ class PrimaryBackupControlet(MasterSlaveControlet):
 
     async def drain(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while any(l.connected and l.applied < self.store.seq for l in self.links.values()):
+        while any(lk.connected and lk.applied < self.store.seq for lk in self.links.values()):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
