@@ -467,6 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "demo":
         return _cmd_demo(argv)
+    if argv and argv[0] == "footprint":  # what small databases cost; its own options
+        from bench.footprint import main as footprint_main
+
+        return footprint_main(argv[1:])
     if argv and argv[0] == "recovery":  # open time after a crash; its own options
         from bench.recovery import main as recovery_main
 
