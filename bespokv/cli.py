@@ -331,7 +331,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if args.json:
             from google.protobuf.json_format import MessageToDict
 
-            print(json.dumps(MessageToDict(st), indent=2))
+            # every field, defaults too: shard 0, seq 0 and up=false must not vanish
+            print(json.dumps(MessageToDict(st, always_print_fields_with_no_presence=True), indent=2))
         else:
             print(render_status(st, c.shard_map()))
     return 0

@@ -351,8 +351,13 @@ class ClusterConfig:
         return dump_toml(self.to_dict())
 
     def write(self, path: str | os.PathLike[str]) -> None:
+        """Write the config atomically; readable by its owner only when it holds a token."""
         tmp = Path(str(path) + ".tmp")
-        tmp.write_text(self.to_toml())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if self.token else 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.to_toml())
+        if self.token:
+            os.chmod(tmp, 0o600)  # also when the file existed with wider permissions
         os.replace(tmp, path)
 
 

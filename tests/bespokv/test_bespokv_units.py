@@ -138,6 +138,14 @@ def test_dump_toml_round_trips_any_string(text):
     assert tomllib.loads(dump_toml(d)) == d
 
 
+def test_a_config_with_a_token_is_readable_by_its_owner_only(tmp_path):
+    import stat
+
+    make_config(3, token="secret").write(tmp_path / "t.toml")
+    assert stat.S_IMODE((tmp_path / "t.toml").stat().st_mode) == 0o600
+    assert load(tmp_path / "t.toml").token == "secret"
+
+
 def test_config_with_control_characters_round_trips(tmp_path):
     cfg = make_config(3).replace(name="a\rb\x00c\x7fd", token="t\r\x00\x7f")
     cfg.write(tmp_path / "c.toml")
