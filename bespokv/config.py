@@ -184,6 +184,9 @@ class ClusterConfig:
     datalet: DataletSpec = field(default_factory=DataletSpec)
     shard_overrides: tuple[ShardOverride, ...] = ()
     token: str | None = None
+    #: the credential of replicas: only it opens the Peer (replication) service; nodes
+    #: use it for all their calls to each other. None: the client token serves for both.
+    peer_token: str | None = None
     tls: TlsConfig | None = None
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
@@ -269,6 +272,10 @@ class ClusterConfig:
         token_file = c.pop("token_file", None)
         if token_file and not token:
             token = Path(rel(token_file) or "").read_text().strip()
+        peer_token = c.pop("peer_token", None)
+        peer_token_file = c.pop("peer_token_file", None)
+        if peer_token_file and not peer_token:
+            peer_token = Path(rel(peer_token_file) or "").read_text().strip()
         tls_d = c.pop("tls", None)
         tls = None
         if tls_d:
@@ -297,6 +304,7 @@ class ClusterConfig:
             datalet=DataletSpec.from_dict(d.get("datalet")),
             shard_overrides=overrides,
             token=token,
+            peer_token=peer_token,
             tls=tls,
             limits=limits,
             tuning=tuning,
@@ -314,6 +322,8 @@ class ClusterConfig:
         }
         if self.token:
             cluster["token"] = self.token
+        if self.peer_token:
+            cluster["peer_token"] = self.peer_token
         if self.etcd:
             cluster["etcd"] = list(self.etcd)
         if self.tls:
@@ -353,10 +363,11 @@ class ClusterConfig:
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the config atomically; readable by its owner only when it holds a token."""
         tmp = Path(str(path) + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if self.token else 0o644)
+        secret = bool(self.token or self.peer_token)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(self.to_toml())
-        if self.token:
+        if secret:
             os.chmod(tmp, 0o600)  # also when the file existed with wider permissions
         os.replace(tmp, path)
 

@@ -4,7 +4,9 @@
   verify the server against ``ca``. With ``mutual = true`` the server also requires a client
   certificate signed by ``ca``.
 * Token (optional): every call must carry ``authorization: Bearer <token>`` metadata. The
-  check is constant-time. The standard health service is exempt so load balancers and
+  check is constant-time. With a separate peer token (``[cluster] peer_token``) the
+  replication service (``bespokv.v1.Peer``) accepts only that one, and nodes use it for
+  every call they make to each other: a client's token cannot forge replication traffic. The standard health service is exempt so load balancers and
   orchestrators can probe a node without the secret.
 * Servers bind 127.0.0.1 unless the config gives another address.
 """
@@ -38,11 +40,22 @@ def call_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
     return ((AUTH_HEADER, f"Bearer {token}"),) if token else None
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls whose ``authorization`` metadata does not carry the shared token."""
+PEER_PREFIX = "/bespokv.v1.Peer/"
 
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Rejects calls whose ``authorization`` metadata does not carry the shared token (or,
+    with ``peer_token``: the peer token on the Peer service, either token elsewhere)."""
+
+    def __init__(self, token: str | None, peer_token: str | None = None) -> None:
+        self._client = f"Bearer {token}".encode() if token else None
+        self._peer = f"Bearer {peer_token}".encode() if peer_token else self._client
+
+    def _accepts(self, method: str, got: bytes) -> bool:
+        if method.startswith(PEER_PREFIX) or self._client is None:
+            return self._peer is not None and hmac.compare_digest(got, self._peer)
+        ok = hmac.compare_digest(got, self._client)
+        return ok | (self._peer is not None and hmac.compare_digest(got, self._peer))
 
     async def intercept_service(
         self,
@@ -57,7 +70,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             if key == AUTH_HEADER:
                 got = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        if hmac.compare_digest(got, self._expected):
+        if self._accepts(method, got):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
         reason = "missing authorization token" if not got else "invalid authorization token"

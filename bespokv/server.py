@@ -145,7 +145,9 @@ class Node:
     async def start(self) -> None:
         await self.coordinator.start()
         smap = self.shard_map
-        self.peers = PeerPool(smap, token=self.config.token, tls=self.config.tls, limits=self.limits)
+        # Nodes call each other with the peer token when there is one (see security.py).
+        peer_token = self.config.peer_token or self.config.token
+        self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits)
         for info in smap.shards_of(self.node_id):
             datalet = self._make_datalet(info.id)
             self.datalets[info.id] = datalet
@@ -167,7 +169,11 @@ class Node:
             )
             self.controlets[info.id] = make_controlet(ctx)
 
-        interceptors = [TokenAuthInterceptor(self.config.token)] if self.config.token else []
+        interceptors = (
+            [TokenAuthInterceptor(self.config.token, self.config.peer_token)]
+            if self.config.token or self.config.peer_token
+            else []
+        )
         opts = [
             ("grpc.max_receive_message_length", self.limits.max_request_bytes),
             ("grpc.max_send_message_length", self.limits.max_request_bytes),

@@ -181,6 +181,26 @@ def test_token_auth():
             assert c.get(b"nothing-was-written-without-the-token") is None
 
 
+def test_with_a_peer_token_client_tokens_cannot_replicate():
+    """A forged replication message with the client's token is refused; the nodes replicate
+    with the peer token, and clients still read and write with theirs."""
+    cfg = make_config(3, replicas=3, shards=1, mode="ms-sc", token="client", peer_token="peer")
+    with ThreadedCluster(cfg) as tc:
+        ch = grpc.insecure_channel(cfg.nodes[0].address)
+        peer = pbg.PeerStub(ch)
+        code, _ = code_of(peer.Position, pb.PositionRequest(shard=0), metadata=[("authorization", "Bearer client")])
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+        code, _ = code_of(peer.VersionedWrite, pb.VersionedWriteRequest(shard=0), metadata=[("authorization", "Bearer client")])
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+        assert peer.Position(pb.PositionRequest(shard=0), metadata=[("authorization", "Bearer peer")]).position
+        ch.close()
+        with tc.client(token="client") as c:
+            c.put_many((b"p%d" % i, b"v") for i in range(50))  # replicated down the chain
+            assert c.get_many([b"p%d" % i for i in range(50)]) == [b"v"] * 50
+            info = c.shard_map().shards[0]
+            assert all(c.get_local(n, b"p49") == b"v" for n in info.replicas)
+
+
 # -- TLS -------------------------------------------------------------------------------------------
 
 
