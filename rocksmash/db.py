@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 import weakref
+from itertools import islice
 from bisect import bisect_left
 from typing import Any, Callable, Iterator
 
@@ -53,6 +54,12 @@ __all__ = ["DB", "Snapshot", "DBIterator"]
 
 #: A manifest larger than this is rewritten as a fresh snapshot.
 _MANIFEST_ROLL_SIZE = 16 << 20
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: none)."""
+    p = prefix.rstrip(b"\xff")
+    return p[:-1] + bytes((p[-1] + 1,)) if p else None
+
 
 #: Every open database of this process, so a ``fork`` child can disable them all.
 _open_dbs: "weakref.WeakSet[DB]" = weakref.WeakSet()
@@ -775,14 +782,25 @@ class DB:
         return sorted(self._snapshots)
 
     def scan(self, start: bytes | None = None, end: bytes | None = None, *,
-             reverse: bool = False, snapshot: Snapshot | None = None) -> DBIterator:
+             reverse: bool = False, snapshot: Snapshot | None = None,
+             prefix: bytes | None = None, limit: int | None = None) -> DBIterator:
         """Iterate ``(key, value)`` with ``start <= key < end`` in key order (descending
-        with ``reverse=True``), as of ``snapshot`` or of the call."""
-        for name, bound in (("start", start), ("end", end)):
+        with ``reverse=True``), as of ``snapshot`` or of the call.
+
+        ``prefix``: only keys that start with it (combined with ``start``/``end``).
+        ``limit``: at most that many items (0 or more).
+        """
+        for name, bound in (("start", start), ("end", end), ("prefix", prefix)):
             if bound is not None and type(bound) is not bytes:
                 raise InvalidTypeError(f"{name} must be bytes or None, not "
                                        f"{type(bound).__name__}")
-        if start is not None and end is not None and start >= end:
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
+        if prefix is not None:
+            start = prefix if start is None else max(start, prefix)
+            after = _prefix_end(prefix)
+            end = after if end is None or (after is not None and after < end) else end
+        if limit == 0 or (start is not None and end is not None and start >= end):
             return DBIterator(self, iter(()), None)
         if snapshot is None:
             # An implicit snapshot, owned by the merge: released when it ends (deferred:
@@ -793,7 +811,8 @@ class DB:
             raise ClosedError("snapshot is closed or belongs to another database")
         else:
             release = None
-        return DBIterator(self, *self._scan(start, end, reverse, snapshot.seq, release))
+        it, stop = self._scan(start, end, reverse, snapshot.seq, release)
+        return DBIterator(self, it if limit is None else islice(it, limit), stop)
 
     def _scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
               release: Callable[[], None] | None

@@ -322,3 +322,21 @@ def test_iterating_a_database_gives_its_keys(tmp_path):
         assert dict(db.items()) == {b"a": b"A", b"b": b"B"}
         with pytest.raises(TypeError):
             len(db)
+
+
+def test_scan_prefix_and_limit(tmp_path):
+    with rocksmash.open(tmp_path, background_processes=False) as db:
+        for k in (b"a", b"ab", b"abc", b"ab\xff", b"ab\xff\xff", b"ac", b"b", b"\xff\xff"):
+            db.put(k, b"v")
+        keys = lambda **kw: [k for k, _ in db.scan(**kw)]  # noqa: E731
+        assert keys(prefix=b"ab") == [b"ab", b"abc", b"ab\xff", b"ab\xff\xff"]
+        assert keys(prefix=b"ab", reverse=True) == [b"ab\xff\xff", b"ab\xff", b"abc", b"ab"]
+        assert keys(prefix=b"ab\xff") == [b"ab\xff", b"ab\xff\xff"]
+        assert keys(prefix=b"\xff") == [b"\xff\xff"]
+        assert keys(prefix=b"ab", start=b"ab\x00", end=b"ab\xff") == [b"abc"]
+        assert keys(limit=3) == [b"a", b"ab", b"abc"] and keys(limit=0) == []
+        assert keys(prefix=b"a", limit=2, reverse=True) == [b"ac", b"ab\xff\xff"]
+        with pytest.raises(rocksmash.InvalidArgumentError):
+            db.scan(limit=-1)
+        with pytest.raises(rocksmash.InvalidTypeError):
+            db.scan(prefix="ab")
