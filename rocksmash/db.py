@@ -744,6 +744,51 @@ class DB:
         """``(key, value)`` with ``start <= key < end``: the same as :meth:`scan`."""
         return self.scan(start, end, reverse=reverse)
 
+    def update(self, other: Any = (), /, *, sync: bool | None = None) -> None:
+        """Put every ``(key, value)`` of a mapping or an iterable of pairs, atomically
+        (one write batch)."""
+        pairs = other.items() if hasattr(other, "items") else other
+        batch = WriteBatch()
+        for key, value in pairs:
+            batch.put(key, value)
+        self.write(batch, sync)
+
+    def pop(self, key: bytes, *default: bytes | None) -> bytes | None:
+        """Delete ``key`` and return its value; ``default`` if absent (KeyError without
+        one). Like ``dict.pop``; not atomic against another thread writing the key."""
+        value = self.get(key)
+        if value is None:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        self.delete(key)
+        return value
+
+    def setdefault(self, key: bytes, default: bytes) -> bytes:
+        """The value of ``key``, first setting it to ``default`` if absent. Not atomic
+        against another thread writing the key."""
+        value = self.get(key)
+        if value is None:
+            self.put(key, default)
+            return default
+        return value
+
+    def approximate_count(self) -> int:
+        """Entries in memtables and tables, from their counters: overwritten versions
+        and deletions not yet compacted away are counted too (no scan, no I/O)."""
+        with self._lock:
+            mems = [self._mem, *self._imm]
+            v = self._version
+        return sum(m.count for m in mems) + sum(int(f.table.props.get("count", 0))
+                                                 for _, f in v.files())
+
+    def approximate_size(self, start: bytes | None = None, end: bytes | None = None) -> int:
+        """Bytes of the tables whose key range meets ``[start, end)`` (whole tables, so an
+        upper bound for the range; memtables not counted)."""
+        v = self._version
+        return sum(f.size for _, f in v.files()
+                   if (end is None or f.smallest < end) and (start is None or f.largest >= start))
+
     def __contains__(self, key: object) -> bool:
         return self.get(key) is not None  # type: ignore[arg-type]
 

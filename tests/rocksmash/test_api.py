@@ -340,3 +340,25 @@ def test_scan_prefix_and_limit(tmp_path):
             db.scan(limit=-1)
         with pytest.raises(rocksmash.InvalidTypeError):
             db.scan(prefix="ab")
+
+
+def test_dict_methods_and_approximations(tmp_path):
+    with rocksmash.open(tmp_path, background_processes=False, memtable_size="64KiB") as db:
+        db.update({b"a": b"1", b"b": b"2"})
+        db.update([(b"c", b"3")], sync=True)
+        assert dict(db.items()) == {b"a": b"1", b"b": b"2", b"c": b"3"}
+        assert db.pop(b"a") == b"1" and db.get(b"a") is None
+        assert db.pop(b"a", b"gone") == b"gone" and db.pop(b"a", None) is None
+        with pytest.raises(KeyError):
+            db.pop(b"a")
+        assert db.setdefault(b"b", b"x") == b"2" and db.setdefault(b"d", b"4") == b"4"
+        with pytest.raises(rocksmash.InvalidTypeError):
+            db.update({b"e": 5})
+        assert db.get(b"e") is None
+        for i in range(5000):
+            db.put(b"k%05d" % i, b"v" * 50)
+        db.flush()
+        assert 5000 <= db.approximate_count() <= 5000 + 10
+        total = db.approximate_size()
+        assert total == db.stats()["table_bytes"] > 0
+        assert db.approximate_size(b"zzz") == 0 and 0 < db.approximate_size(b"k0", b"k1") <= total
