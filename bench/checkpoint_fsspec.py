@@ -19,11 +19,11 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
-import torch.distributed.checkpoint as dcp  # noqa: E402
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter  # noqa: E402
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
 
-from checkpoint_state import empty_like_state, make_state, same_state, state_bytes  # noqa: E402
+from checkpoint_state import empty_like_state, make_state, same_state, state_bytes
 
 warnings.simplefilter("ignore")
 

@@ -18,11 +18,11 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.metrics import cdf_from_encoded  # noqa: E402
-from bench.results import comparison_rows, group_trials, merged_latency, representative  # noqa: E402
-from bench.workloads import OP_NAMES  # noqa: E402
+from bench.metrics import cdf_from_encoded
+from bench.results import comparison_rows, group_trials, merged_latency, representative
+from bench.workloads import OP_NAMES
 
 __all__ = ["write_plots"]
 

@@ -77,7 +77,7 @@ class AutoBatcher(Generic[T, R]):
                     fut.set_exception(res)
                 else:
                     fut.set_result(res)
-        except BaseException as exc:  # noqa: BLE001 - delivered to every waiter
+        except BaseException as exc:  # delivered to every waiter
             for _, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())

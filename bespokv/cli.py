@@ -252,7 +252,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     print(f"starting {args.nodes} nodes ({mode}, datalet {args.datalet}, {how}) in {d} ...", flush=True)
     try:
         cluster.start(timeout=args.timeout)
-    except Exception as exc:  # noqa: BLE001 - report and clean up
+    except Exception as exc:  # report and clean up
         print(f"bespokv: cluster did not start: {exc}", file=sys.stderr)
         for nid in cluster.node_ids:
             with contextlib.suppress(OSError), open(cluster.log_path(nid), "rb") as logf:
@@ -446,5 +446,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+            sys.stdout = open(os.devnull, "w")  # silence the flush at exit
         return 0

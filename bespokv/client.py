@@ -221,7 +221,7 @@ class AsyncClient:
                     self._install(_shard_map_from_proto(resp), resp.down)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - that node is gone or paused: watch another
+            except Exception:  # that node is gone or paused: watch another
                 pass
             await asyncio.sleep(0.2)
 
@@ -666,7 +666,7 @@ class Client:
             if not self._closed:
                 try:
                     self._run(agen.aclose())
-                except Exception:  # noqa: BLE001 - closing an abandoned scan
+                except Exception:  # closing an abandoned scan
                     pass
 
     def get_local(self, node: str, key: bytes | str) -> bytes | None:
@@ -694,7 +694,7 @@ class Client:
         try:
             if self._loop.is_running():
                 asyncio.run_coroutine_threadsafe(self._ac.close(), self._loop).result(timeout=5)
-        except Exception:  # noqa: BLE001 - closing anyway
+        except Exception:  # closing anyway
             pass
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -118,7 +118,7 @@ class EtcdCoordinator(Coordinator):
                 await client.connect()
                 await client.status()
                 return client
-            except Exception as exc:  # noqa: BLE001 - try the next member
+            except Exception as exc:  # try the next member
                 last = exc
                 with contextlib.suppress(Exception):
                     await client.close()
@@ -133,7 +133,7 @@ class EtcdCoordinator(Coordinator):
                 if self._client is None:
                     self._client = await self._connect()
                 return await fn(self._client)
-            except Exception as exc:  # noqa: BLE001 - retried on another member
+            except Exception as exc:  # retried on another member
                 if time.monotonic() > end or self._stopped:
                     raise UnavailableError(f"etcd {what} failed: {exc!r}") from exc
                 log.info("etcd %s failed (%r); trying another member", what, exc)
@@ -221,14 +221,14 @@ class EtcdCoordinator(Coordinator):
             for al in list(self._alive_listeners):
                 try:
                     al(set(alive))
-                except Exception:  # noqa: BLE001 - one listener's bug must not stop the rest
+                except Exception:  # one listener's bug must not stop the rest
                     log.exception("liveness listener failed")
         if self._map is None or smap.epoch > self._map.epoch:
             self._map = smap
             for listener in list(self._listeners):
                 try:
                     listener(smap)
-                except Exception:  # noqa: BLE001 - one listener's bug must not stop the rest
+                except Exception:  # one listener's bug must not stop the rest
                     log.exception("shard map listener failed")
 
     async def _watch_loop(self) -> None:
@@ -241,7 +241,7 @@ class EtcdCoordinator(Coordinator):
                     self._refresh.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - reconnect and watch again
+            except Exception as exc:  # reconnect and watch again
                 log.info("etcd watch ended (%r); watching again", exc)
                 self._client = None
             await asyncio.sleep(0.1)
@@ -254,7 +254,7 @@ class EtcdCoordinator(Coordinator):
                 await self._reload()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - next event retries
+            except Exception as exc:  # next event retries
                 log.info("etcd re-read failed: %r", exc)
                 await asyncio.sleep(0.2)
                 self._refresh.set()
@@ -337,7 +337,7 @@ class EtcdCoordinator(Coordinator):
                     self.lease_refreshed = sent
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - next period retries
+            except Exception as exc:  # next period retries
                 log.warning("node %s: lease keep-alive failed: %r", self.node_id, exc)
 
 

@@ -162,5 +162,5 @@ class EtcdCluster:
         try:
             out = subprocess.run([self.binary, "--version"], capture_output=True, text=True, timeout=10).stdout
             return out.splitlines()[0].split(":", 1)[1].strip()
-        except Exception:  # noqa: BLE001 - describe() only
+        except Exception:  # describe() only
             return "?"

@@ -47,7 +47,7 @@ async def merge_chunks(
             if close is not None:
                 try:
                     await close()
-                except Exception:  # noqa: BLE001 - closing an abandoned stream
+                except Exception:  # closing an abandoned stream
                     pass
 
 

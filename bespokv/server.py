@@ -215,7 +215,7 @@ class Node:
         self.map_changed.set()  # ends WatchShardMap streams
         try:
             await self.health.enter_graceful_shutdown()
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:  # best effort
             pass
         for t in list(self._background):
             t.cancel()
@@ -225,7 +225,7 @@ class Node:
         for c in self.controlets.values():
             try:
                 await c.stop()
-            except Exception as exc:  # noqa: BLE001 - keep stopping the rest
+            except Exception as exc:  # keep stopping the rest
                 log.warning("stopping controlet of shard %s: %r", c.ctx.shard_id, exc)
         if self.server is not None:
             await self.server.stop(grace)
@@ -235,7 +235,7 @@ class Node:
         for w in self.workers.values():
             try:
                 await w.close()
-            except Exception as exc:  # noqa: BLE001 - best effort
+            except Exception as exc:  # best effort
                 log.warning("closing datalet: %r", exc)
         await self.coordinator.stop()
 
@@ -315,7 +315,7 @@ class Node:
 
             try:
                 new = await self.coordinator.change_shard(info.id, change)
-            except Exception as exc:  # noqa: BLE001 - the next liveness change retries
+            except Exception as exc:  # the next liveness change retries
                 log.warning("node %s: failover of shard %s failed: %r", self.node_id, info.id, exc)
                 continue
             if new is not None:
@@ -336,7 +336,7 @@ class Node:
                     pb.PositionRequest(shard=shard), timeout=1.0, metadata=self.peers.metadata
                 )
                 return int(resp.position.seq)
-            except Exception:  # noqa: BLE001 - unreachable: never promoted
+            except Exception:  # unreachable: never promoted
                 return -1
 
         seqs = await asyncio.gather(*(seq_of(n) for n in order))
@@ -421,7 +421,7 @@ class Node:
         self.counters["forwarded"] += 1
         try:
             res = await self._forwarder(node, hops).submit(op)
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:  # mapped
             raise rpc_error(exc, f"forwarding to {node}") from exc
         if res.status.code:
             raise from_status(status_code(res.status.code), res.status.message)
@@ -543,7 +543,7 @@ class Node:
             else:
                 raise InvalidArgumentError("empty operation in a Multi request")
             return pb.OpResult(status=pb.OpStatus(code=0))
-        except Exception as exc:  # noqa: BLE001 - reported per op
+        except Exception as exc:  # reported per op
             return self._error_result(exc)
 
     def _error_result(self, exc: BaseException) -> pb.OpResult:
@@ -580,7 +580,7 @@ class Node:
                         reads.setdefault(info.id, []).append((i, g.key))
                         self.counters["get"] += 1
                         continue
-            except Exception as exc:  # noqa: BLE001 - reported per op
+            except Exception as exc:  # reported per op
                 results[i] = self._error_result(exc)
                 continue
             rest.append(i)
@@ -590,7 +590,7 @@ class Node:
             try:
                 await self.controlets[sid].write(ops)
                 res = pb.OpResult(status=pb.OpStatus(code=0))
-            except Exception as exc:  # noqa: BLE001 - the group shares its fate
+            except Exception as exc:  # the group shares its fate
                 res = self._error_result(exc)
             for i, _ in items:
                 results[i] = res
@@ -598,7 +598,7 @@ class Node:
         async def group_read(sid: int, items: list[tuple[int, bytes]]) -> None:
             try:
                 values = await self.controlets[sid].get_many([k for _, k in items])
-            except Exception as exc:  # noqa: BLE001 - the group shares its fate
+            except Exception as exc:  # the group shares its fate
                 err = self._error_result(exc)
                 for i, _ in items:
                     results[i] = err
@@ -703,7 +703,7 @@ class Node:
             try:
                 for k, v in (await self.workers[sid].stats()).items():
                     st.counters[f"shard{sid}.datalet.{k}"] = float(v)
-            except Exception:  # noqa: BLE001 - stats are best effort
+            except Exception:  # stats are best effort
                 pass
             st.shards.append(s)
         return st

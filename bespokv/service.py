@@ -62,7 +62,7 @@ def _wrap_unary_response(fn: Callable[..., Any], method: str) -> Callable[..., A
             return await fn(request, context)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
-        except BaseException as exc:  # noqa: BLE001 - every error becomes a status
+        except BaseException as exc:  # every error becomes a status
             err = _to_error(exc, method)
             await context.abort(err.code, str(err))
 
@@ -81,7 +81,7 @@ def _wrap_bidi(fn: Callable[..., Any], method: str) -> Callable[..., Any]:
             raise
         except asyncio.CancelledError:
             return None
-        except BaseException as exc:  # noqa: BLE001 - every error becomes a status
+        except BaseException as exc:  # every error becomes a status
             err = _to_error(exc, method)
             await context.abort(err.code, str(err))
 
@@ -98,7 +98,7 @@ def _wrap_stream_response(fn: Callable[..., Any], method: str) -> Callable[..., 
                 yield item
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
-        except BaseException as exc:  # noqa: BLE001 - every error becomes a status
+        except BaseException as exc:  # every error becomes a status
             err = _to_error(exc, method)
             await context.abort(err.code, str(err))
 

@@ -348,7 +348,7 @@ class LocalCluster:
                     if not bad:
                         return
                     last = "not ready: " + " ".join(bad)
-                except Exception as exc:  # noqa: BLE001 - not up yet
+                except Exception as exc:  # not up yet
                     last = str(exc)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"cluster not ready after {timeout}s: {last}")
@@ -366,7 +366,7 @@ class LocalCluster:
             def down() -> bool:
                 try:
                     st = c.cluster_status()
-                except Exception:  # noqa: BLE001 - the seed itself may be restarting
+                except Exception:  # the seed itself may be restarting
                     return False
                 return any(n.id == node_id and not n.up for n in st.nodes)
 

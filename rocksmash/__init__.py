@@ -31,7 +31,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> DB:  # noqa: A001 - the API name
+def open(path: str | os.PathLike[str], **options: Any) -> DB:  # the API name
     """Open (creating if missing) the database at ``path``.
 
     Options are keyword arguments (see :class:`rocksmash.Options` for each one and its

@@ -109,7 +109,7 @@ class LwwControlet(VersionedControlet):
                     return
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - try the next peer
+                except Exception as exc:  # try the next peer
                     log.info("shard %s: initial copy from %s failed: %r", self.ctx.shard_id, node, exc)
             await asyncio.sleep(0.3)
 
@@ -222,7 +222,7 @@ class LwwControlet(VersionedControlet):
                     continue
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # noqa: BLE001 - the peer is down: keep, retry later
+                except Exception:  # the peer is down: keep, retry later
                     rest = self._outbox[node]
                     if len(rest) + len(batch) <= OUTBOX_LIMIT:
                         self._outbox[node] = batch + rest

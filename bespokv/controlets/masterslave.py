@@ -180,7 +180,7 @@ class MasterSlaveControlet(Controlet):
                 break
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - retry the whole recovery
+            except Exception as exc:  # retry the whole recovery
                 log.warning("shard %s: pull from %s failed: %r; retrying", self.ctx.shard_id, best[0], exc)
                 await asyncio.sleep(0.2)
         if not self.store.history:
@@ -272,7 +272,7 @@ class MasterSlaveControlet(Controlet):
                     await apply_message(self.store, msg, progress)
                 except Error:
                     raise
-                except Exception as exc:  # noqa: BLE001 - datalet failure
+                except Exception as exc:  # datalet failure
                     raise from_exception(exc) from exc
                 self.last_upstream_time = time.monotonic()
                 if not self.synced and progress.done(self.store):

@@ -82,7 +82,7 @@ class QuorumControlet(VersionedControlet):
                 part = dead[i : i + step]
                 try:
                     theirs = await self.read_from(node, [k for k, _ in part], True)
-                except Exception:  # noqa: BLE001 - a replica is unreachable: not this round
+                except Exception:  # a replica is unreachable: not this round
                     return [False] * len(dead)
                 for j, ((_, enc), t) in enumerate(zip(part, theirs)):
                     if t is not None and t[0] == versioned.LIVE and versioned.newer(enc, t):
@@ -122,7 +122,7 @@ class QuorumControlet(VersionedControlet):
                     merged.add(node)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - retried
+                except Exception as exc:  # retried
                     log.info("shard %s: recovery from %s failed: %r", self.ctx.shard_id, node, exc)
             if len(merged) < min(need, len(others)):
                 await asyncio.sleep(0.3)

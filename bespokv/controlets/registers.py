@@ -178,7 +178,7 @@ class VersionedControlet(Controlet):
                 await self.collect_tombstones()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - retry next period
+            except Exception as exc:  # retry next period
                 log.info("shard %s: tombstone collection failed: %r", self.ctx.shard_id, exc)
 
     def on_stored(self, changes: list[tuple[bytes, bytes | None, bytes]]) -> None:
@@ -238,7 +238,7 @@ class VersionedControlet(Controlet):
                     await self.anti_entropy_round(node)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:  # noqa: BLE001 - peer down; next round
+                except Exception as exc:  # peer down; next round
                     log.debug("shard %s: anti-entropy with %s failed: %r", self.ctx.shard_id, node, exc)
 
     async def on_digest(self, request: pb.DigestRequest) -> pb.DigestResponse:
@@ -318,7 +318,7 @@ class VersionedControlet(Controlet):
             return await self.datalet.multi_get(keys)
         try:
             vals = await self._reader(node, versions_only).submit(keys)
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:  # mapped
             raise rpc_error(exc, f"read from {node}") from exc
         return [v.data if v.found else None for v in vals]
 
@@ -328,7 +328,7 @@ class VersionedControlet(Controlet):
             return
         try:
             await self._writer(node).submit(entries)
-        except Exception as exc:  # noqa: BLE001 - mapped
+        except Exception as exc:  # mapped
             raise rpc_error(exc, f"write to {node}") from exc
 
     async def quorum(

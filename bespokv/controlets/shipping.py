@@ -447,7 +447,7 @@ class Link:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+            except (asyncio.CancelledError, Exception):  # shutting down
                 pass
 
     async def _run(self) -> None:
@@ -465,7 +465,7 @@ class Link:
                 backoff = 0.0
             except grpc.aio.AioRpcError as exc:
                 self.last_error = f"{exc.code().name}: {exc.details()}"
-            except Exception as exc:  # noqa: BLE001 - keep the link alive
+            except Exception as exc:  # keep the link alive
                 self.last_error = repr(exc)
                 log.warning("shard %s link %s->%s failed: %r", self.shard, self.me, self.downstream, exc)
             self.connected = False

@@ -140,5 +140,5 @@ class RedisDatalet(Datalet):
     def close(self) -> None:
         try:
             self._r.close()
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:  # best effort
             pass

@@ -118,11 +118,11 @@ class RocksDBDatalet(Datalet):
     def stats(self) -> dict[str, float]:
         try:
             return {"estimated_keys": float(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)}
-        except Exception:  # noqa: BLE001 - stats are best effort
+        except Exception:  # stats are best effort
             return {}
 
     def close(self) -> None:
         try:
             self._db.close()
-        except Exception:  # noqa: BLE001 - already closed
+        except Exception:  # already closed
             pass

@@ -179,7 +179,7 @@ class TensorTable:
         while not self._stop.wait(self._flush_interval):
             try:
                 self.flush()
-            except Exception:  # noqa: BLE001 - the store may be down; the next round retries
+            except Exception:  # the store may be down; the next round retries
                 pass
 
     def close(self) -> None:

@@ -11,11 +11,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from plugin_datalet import PlainDictDatalet  # noqa: E402
+from plugin_datalet import PlainDictDatalet
 
-from bespokv.datalets.base import Datalet, ensure_datalet  # noqa: E402
-from bespokv.datalets.memory import MemoryDatalet  # noqa: E402
-from bespokv.testing import RedisServer, redis_available  # noqa: E402
+from bespokv.datalets.base import Datalet, ensure_datalet
+from bespokv.datalets.memory import MemoryDatalet
+from bespokv.testing import RedisServer, redis_available
 
 #: Every built-in datalet and the plug-in one from this directory.
 DATALET_KINDS = ["memory", "rocksdb", "rocksmash", "redis", "plugin"]

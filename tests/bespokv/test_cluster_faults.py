@@ -42,7 +42,7 @@ def wait_converged(cluster: LocalCluster, client, expected: dict[bytes, bytes], 
                     if missing or (first is not None and have != first):
                         bad.append(f"{node}/shard{sid}: {len(have)} keys, {missing} acknowledged missing")
                     first = have if first is None else first
-        except Exception as exc:  # noqa: BLE001 - a node may still be starting
+        except Exception as exc:  # a node may still be starting
             bad.append(repr(exc))
         if not bad:
             return
@@ -83,7 +83,7 @@ def test_kill9_replica_mid_stream_then_catch_up(mode, datalet):
                 try:
                     client.put_many(batch)
                     acked.update(batch)
-                except Exception as exc:  # noqa: BLE001 - recorded; those writes are not acknowledged
+                except Exception as exc:  # recorded; those writes are not acknowledged
                     errors.append(repr(exc))
 
         t = threading.Thread(target=writer)

@@ -46,7 +46,7 @@ def test_replicas_converge_after_writes_stop(mode):
                 try:
                     c.put_many(batch)
                     c.delete(KEYS[(n * 11 + i) % len(KEYS)])
-                except Exception:  # noqa: BLE001 - the killed node's clients see errors
+                except Exception:  # the killed node's clients see errors
                     time.sleep(0.1)
                 n += 1
                 counts[i] = n

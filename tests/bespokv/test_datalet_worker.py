@@ -97,7 +97,7 @@ def test_a_stalled_datalet_stalls_only_its_shard(mode):
         def blocked_write() -> None:
             try:
                 c.put(stall_key, b"v")
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
             done.set()
 

@@ -84,7 +84,7 @@ def test_strong_modes_are_linearizable_under_a_crash(mode):
                 cluster.kill("n3")
                 cluster.wait_reported_down("n3")  # operations go on against the broken cluster
                 cluster.start_node("n3")
-            except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
+            except BaseException as exc:  # re-raised by the test below
                 chaos_errors.append(exc)
 
         async def run() -> list[Operation]:
@@ -147,7 +147,7 @@ def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
                 wait_until(lambda: len(history) >= at + 50, 30, "operations after the failover")
                 if fault == "pause":
                     cluster.resume(victim)
-            except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
+            except BaseException as exc:  # re-raised by the test below
                 chaos_errors.append(exc)
 
         async def run() -> list[Operation]:

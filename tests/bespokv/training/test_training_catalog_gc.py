@@ -193,7 +193,7 @@ def test_concurrent_saves_deletes_and_gc_never_lose_a_committed_chunk(tmp_path):
                 snap = {k: v.clone() for k, v in pool.items()}
                 save(store, f"run/step-{step}", snap)
                 saved[f"run/step-{step}"] = snap
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:  # reported by the main thread
             errors.append(e)
         finally:
             done.set()
