@@ -70,40 +70,51 @@ async def record_history(
     return history
 
 
+def history_under(cluster, chaos, *, seconds: float, seed: int, retries: int, cas: bool,
+                  history: list[Operation]) -> None:
+    """Record a 12-client history into ``history`` while ``chaos()`` runs on a thread;
+    re-raise whatever ``chaos`` raised, and fail if it did not finish."""
+    chaos_errors: list[BaseException] = []
+
+    def run_chaos() -> None:
+        try:
+            chaos()
+        except BaseException as exc:  # re-raised below
+            chaos_errors.append(exc)
+
+    async def run() -> list[Operation]:
+        client = cluster.async_client(retry_writes=False, retries=retries, timeout=3.0)
+        try:
+            return await record_history(client, clients=12, seconds=seconds, cas=cas,
+                                        seed=seed, history=history)
+        finally:
+            await client.close()
+
+    t = threading.Thread(target=run_chaos)
+    t.start()
+    try:
+        asyncio.run(run())
+    finally:
+        t.join(60)
+    assert not chaos_errors, chaos_errors
+    assert not t.is_alive()
+
+
 @pytest.mark.parametrize("mode", ["ms-sc", "aa-sc"])
 def test_strong_modes_are_linearizable_under_a_crash(mode):
     tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
     with LocalCluster(3, replicas=3, shards=2, mode=mode, datalet="memory", tuning=tuning) as cluster:
 
         history: list[Operation] = []
-        chaos_errors: list[BaseException] = []
 
         def chaos() -> None:
-            try:
-                wait_until(lambda: len(history) >= 100, 30, "operations before the kill")
-                cluster.kill("n3")
-                cluster.wait_reported_down("n3")  # operations go on against the broken cluster
-                cluster.start_node("n3")
-            except BaseException as exc:  # re-raised by the test below
-                chaos_errors.append(exc)
+            wait_until(lambda: len(history) >= 100, 30, "operations before the kill")
+            cluster.kill("n3")
+            cluster.wait_reported_down("n3")  # operations go on against the broken cluster
+            cluster.start_node("n3")
 
-        async def run() -> list[Operation]:
-            client = cluster.async_client(retry_writes=False, retries=10, timeout=3.0)
-            try:
-                return await record_history(
-                    client, clients=12, seconds=6.0, cas=(mode == "ms-sc"), seed=7, history=history
-                )
-            finally:
-                await client.close()
-
-        t = threading.Thread(target=chaos)
-        t.start()
-        try:
-            asyncio.run(run())
-        finally:
-            t.join(60)
-        assert not chaos_errors, chaos_errors
-        assert not t.is_alive()
+        history_under(cluster, chaos, seconds=6.0, seed=7, retries=10, cas=(mode == "ms-sc"),
+                      history=history)
         ok = [o for o in history if o.output is not UNKNOWN]
         reads = [o for o in ok if o.kind == "get"]
         assert len(ok) > 300 and len(reads) > 100, (len(ok), len(reads))
@@ -126,7 +137,6 @@ def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
     tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
     with LocalCluster(3, replicas=3, shards=2, mode=mode, datalet="memory", tuning=tuning, etcd=1) as cluster:
         history: list[Operation] = []
-        chaos_errors: list[BaseException] = []
         with cluster.client() as c:
             victim = c.shard_map().shards[0].head  # the head of shard 0, the tail of another
 
@@ -136,36 +146,19 @@ def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
             return mode == "aa-sc" or all(victim not in s.replicas for s in smap.shards.values())
 
         def chaos() -> None:
-            try:
-                wait_until(lambda: len(history) >= 100, 30, "operations before the fault")
-                if fault == "kill":
-                    cluster.kill(victim)
-                else:
-                    cluster.pause(victim)
-                wait_until(failed_over, 30, "the failover", interval=0.2)
-                at = len(history)
-                wait_until(lambda: len(history) >= at + 50, 30, "operations after the failover")
-                if fault == "pause":
-                    cluster.resume(victim)
-            except BaseException as exc:  # re-raised by the test below
-                chaos_errors.append(exc)
+            wait_until(lambda: len(history) >= 100, 30, "operations before the fault")
+            if fault == "kill":
+                cluster.kill(victim)
+            else:
+                cluster.pause(victim)
+            wait_until(failed_over, 30, "the failover", interval=0.2)
+            at = len(history)
+            wait_until(lambda: len(history) >= at + 50, 30, "operations after the failover")
+            if fault == "pause":
+                cluster.resume(victim)
 
-        async def run() -> list[Operation]:
-            client = cluster.async_client(retry_writes=False, retries=20, timeout=3.0)
-            try:
-                return await record_history(
-                    client, clients=12, seconds=8.0, cas=(mode == "ms-sc"), seed=11, history=history
-                )
-            finally:
-                await client.close()
-
-        t = threading.Thread(target=chaos)
-        t.start()
-        try:
-            asyncio.run(run())
-        finally:
-            t.join(60)
-        assert not chaos_errors, chaos_errors
+        history_under(cluster, chaos, seconds=8.0, seed=11, retries=20, cas=(mode == "ms-sc"),
+                      history=history)
         ok = [o for o in history if o.output is not UNKNOWN]
         assert len(ok) > 300, len(ok)
         result = check(history, timeout=60)
