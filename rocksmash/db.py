@@ -192,7 +192,6 @@ class DB:
             self._abandon()
             raise
         self._closed = False
-        self._pid = os.getpid()
         _open_dbs.add(self)
         loops = [("flush", self._flush_loop), ("compaction", self._compaction_loop)]
         if self._cloud is not None:
@@ -443,8 +442,8 @@ class DB:
         return [self._take_number() for _ in range(count)]
 
     def _replay(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Replay WAL segments, up to ``recovery_processes`` at once (worker processes:
-        the flush and compaction workers plus temporary ones, stopped afterwards)."""
+        """Replay WAL segments, up to ``recovery_processes`` at once, in a pool of worker
+        processes of its own (stopped afterwards); one at a time without workers."""
         if self._flush_worker is None or len(tasks) <= 1:
             return replay_segments(tasks, lambda t: self._run_job(
                 self._flush_worker, "flush_segment", **t), 1)
