@@ -32,7 +32,9 @@ and its ``generation``. The local manifest records the writer's epoch (a directo
 behind by a writer that was since replaced is detected: the mirror's epoch is newer) and
 the generation of each cloud-touching edit (a mirror newer than the local manifest means a
 manifest record was lost). Old generations are deleted as new ones are published, keeping
-the last few.
+the last few. Epoch objects are never deleted (one small object per open): a writer that
+was fenced long ago must still find ``epochs/<E+1>``, and deleting old epochs in order
+cannot be made reliable with best-effort deletes.
 """
 
 from __future__ import annotations
