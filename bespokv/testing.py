@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from typing import Any
 from bespokv.client import AsyncClient, Client
 from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, ShardOverride, Tuning
 from bespokv.datalets import DataletFactory
+from cloudtier.testing.ports import free_port
 
 __all__ = [
     "wait_until",
@@ -66,13 +66,6 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str, *, interva
         if time.monotonic() > deadline:
             raise TimeoutError(f"after {timeout}s still waiting for {what}")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_config(

@@ -12,8 +12,9 @@ Each declares how it evaluates conditional PUTs (:class:`ConditionalPuts`).
 
 from __future__ import annotations
 
-from cloudtier.testing.child_server import ChildServer, ConditionalPuts, free_port, free_ports
+from cloudtier.testing.child_server import ChildServer, ConditionalPuts
 from cloudtier.testing.moto_server import MotoServer
+from cloudtier.testing.ports import free_port, free_ports
 from cloudtier.testing.seaweed_server import SeaweedServer, seaweed_binary, seaweed_version
 
 __all__ = ["ChildServer", "ConditionalPuts", "MotoServer", "SeaweedServer", "free_port",

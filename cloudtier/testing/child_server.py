@@ -16,14 +16,13 @@ import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from types import TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["ChildServer", "ConditionalPuts", "free_port", "free_ports"]
+__all__ = ["ChildServer", "ConditionalPuts"]
 
 # Credentials the local servers accept; deliberately fake, so real AWS credentials from
 # the environment are never sent anywhere.
@@ -56,23 +55,6 @@ _running: set[ChildServer] = set()
 def _stop_leftovers() -> None:
     for server in list(_running):
         server.stop()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it; a race is possible)."""
-    return free_ports(1, host)[0]
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago (all held open while picking,
-    so the OS cannot hand out one twice)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(n):
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind((host, 0))
-            ports.append(int(s.getsockname()[1]))
-        return ports
 
 
 class ChildServer:

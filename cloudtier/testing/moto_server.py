@@ -14,7 +14,8 @@ from __future__ import annotations
 import http.client
 import sys
 
-from cloudtier.testing.child_server import ChildServer, ConditionalPuts, free_port
+from cloudtier.testing.child_server import ChildServer, ConditionalPuts
+from cloudtier.testing.ports import free_port
 
 __all__ = ["MotoServer"]
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,8 +34,8 @@ from cloudtier.testing.child_server import (
     FAKE_SECRET,
     ChildServer,
     ConditionalPuts,
-    free_ports,
 )
+from cloudtier.testing.ports import free_port_pair, free_ports
 
 __all__ = ["SeaweedServer", "seaweed_binary", "seaweed_version"]
 
@@ -75,21 +74,6 @@ def seaweed_version(binary: str | None = None) -> str | None:
     return next((w for w in words if w[:1].isdigit() and "." in w), None)
 
 
-def _admin_ports(host: str) -> tuple[int, int]:
-    """A free port p whose p + 10000 is free too (the admin's HTTP and gRPC ports)."""
-    for _ in range(50):
-        (p,) = free_ports(1, host)
-        if p + _GRPC_OFFSET > 65535:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, p + _GRPC_OFFSET))
-            except OSError:
-                continue
-        return p, p + _GRPC_OFFSET
-    raise RuntimeError("no free port pair for the SeaweedFS admin server")
-
-
 class SeaweedServer(ChildServer):
     """``weed mini`` on ``host`` (127.0.0.1); see the module docstring.
 
@@ -125,7 +109,8 @@ class SeaweedServer(ChildServer):
         ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS), self.host), strict=True))
         if self._requested_port:
             ports["s3.port"] = self._requested_port
-        ports["admin.port"], ports["admin.port.grpc"] = _admin_ports(self.host)
+        # The admin server derives its gRPC port as its HTTP port + 10000.
+        ports["admin.port"], ports["admin.port.grpc"] = free_port_pair(_GRPC_OFFSET, self.host)
         self.ports = ports
         self.port = ports["s3.port"]
         argv = [binary, "mini", f"-dir={self.data_dir}", f"-ip={self.host}", f"-ip.bind={self.host}",
