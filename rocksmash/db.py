@@ -37,6 +37,7 @@ from .env import FileLock, LocalFile, fsync_dir, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
 from .jobs import JOBS
+from .keys import BytesLike, as_bound, as_bytes
 from .log_format import CLEAN
 from .manifest import Manifest, ManifestState, load_manifest
 from .memtable import MISSING, Memtable
@@ -88,12 +89,12 @@ class Snapshot:
         self.seq = seq
         self._closed = False
 
-    def get(self, key: bytes) -> bytes | None:
+    def get(self, key: BytesLike) -> bytes | None:
         if self._closed:
             raise ClosedError("snapshot is closed")
         return self._db.get(key, snapshot=self)
 
-    def scan(self, start: bytes | None = None, end: bytes | None = None, *,
+    def scan(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
              reverse: bool = False) -> "DBIterator":
         return self._db.scan(start, end, reverse=reverse, snapshot=self)
 
@@ -163,7 +164,9 @@ class DB:
     """An open rocksmash database. Create with :func:`rocksmash.open`.
 
     Thread-safe: any number of threads may read and write concurrently. Keys and values
-    are ``bytes``; other types raise :class:`InvalidTypeError` (a ``TypeError``).
+    are bytes-like (``bytes``, ``bytearray``, ``memoryview``: copied to ``bytes`` on the
+    way in, see :mod:`rocksmash.keys`) and always come back as ``bytes``; other types,
+    ``str`` included, raise :class:`InvalidTypeError` (a ``TypeError``).
     Errors are documented in :mod:`rocksmash.errors`.
     """
 
@@ -463,12 +466,14 @@ class DB:
 
     # ----------------------------------------------------------------- writes
 
-    def put(self, key: bytes, value: bytes, sync: bool | None = None) -> None:
+    def put(self, key: BytesLike, value: BytesLike, sync: bool | None = None) -> None:
         """Set ``key`` to ``value``. With ``sync=True`` the WAL is fsynced before return.
 
         The hottest write path: :meth:`write` of a one-put batch, written out."""
-        if type(key) is not bytes or type(value) is not bytes:
-            WriteBatch().put(key, value)  # raises the right InvalidTypeError
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = as_bytes(value, "value")
         if len(key) > self._max_key or len(value) > self._max_value:
             self._check_sizes(key, value)
         with self._lock:
@@ -485,7 +490,7 @@ class DB:
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
-    def delete(self, key: bytes, sync: bool | None = None) -> None:
+    def delete(self, key: BytesLike, sync: bool | None = None) -> None:
         """Remove ``key`` (no error if it is absent)."""
         self.write(WriteBatch().delete(key), sync)
 
@@ -497,9 +502,12 @@ class DB:
         ops = list(batch.ops)
         if not ops:
             return
-        for key, value in ops:
+        for i, (key, value) in enumerate(ops):
             if type(key) is not bytes or (value is not None and type(value) is not bytes):
-                WriteBatch().put(key, b"" if value is None else value)  # the right error
+                # ``ops`` is a public list: whatever a caller appended is converted here.
+                key = as_bytes(key, "key")
+                value = None if value is None else as_bytes(value, "value")
+                ops[i] = (key, value)
             if len(key) > self._max_key or (value is not None and len(value) > self._max_value):
                 self._check_sizes(key, value or b"")
         with self._lock:
@@ -516,10 +524,10 @@ class DB:
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
-    def __setitem__(self, key: bytes, value: bytes) -> None:
+    def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
         self.put(key, value)
 
-    def __delitem__(self, key: bytes) -> None:
+    def __delitem__(self, key: BytesLike) -> None:
         if self.get(key) is None:
             raise KeyError(key)
         self.delete(key)
@@ -634,11 +642,11 @@ class DB:
 
     # ----------------------------------------------------------------- reads
 
-    def get(self, key: bytes, default: bytes | None = None, *,
+    def get(self, key: BytesLike, default: bytes | None = None, *,
             snapshot: Snapshot | None = None) -> bytes | None:
         """The value of ``key``, or ``default`` (None) if it is absent."""
         if type(key) is not bytes:
-            raise InvalidTypeError(f"key must be bytes, not {type(key).__name__}")
+            key = as_bytes(key, "key")
         if self._closed:
             raise self._closed_error()
         if snapshot is None:
@@ -707,7 +715,7 @@ class DB:
                     return r
         return None
 
-    def multi_get(self, keys: list[bytes], *, snapshot: Snapshot | None = None
+    def multi_get(self, keys: list[BytesLike], *, snapshot: Snapshot | None = None
                   ) -> list[bytes | None]:
         """Values of ``keys`` (None where absent), all read at one sequence number."""
         if snapshot is None:
@@ -715,7 +723,7 @@ class DB:
                 return [self.get(k, snapshot=snap) for k in keys]
         return [self.get(k, snapshot=snapshot) for k in keys]
 
-    def __getitem__(self, key: bytes) -> bytes:
+    def __getitem__(self, key: BytesLike) -> bytes:
         value = self.get(key)
         if value is None:
             raise KeyError(key)
@@ -726,17 +734,17 @@ class DB:
         counting would read everything."""
         return self.keys()
 
-    def keys(self, start: bytes | None = None, end: bytes | None = None, *,
+    def keys(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
              reverse: bool = False) -> Iterator[bytes]:
         """Keys with ``start <= key < end``, in order; a scan (see :meth:`scan`)."""
         return (k for k, _ in self.scan(start, end, reverse=reverse))
 
-    def values(self, start: bytes | None = None, end: bytes | None = None, *,
+    def values(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
                reverse: bool = False) -> Iterator[bytes]:
         """Values of the keys with ``start <= key < end``, in key order."""
         return (v for _, v in self.scan(start, end, reverse=reverse))
 
-    def items(self, start: bytes | None = None, end: bytes | None = None, *,
+    def items(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
               reverse: bool = False) -> DBIterator:
         """``(key, value)`` with ``start <= key < end``: the same as :meth:`scan`."""
         return self.scan(start, end, reverse=reverse)
@@ -750,7 +758,7 @@ class DB:
             batch.put(key, value)
         self.write(batch, sync)
 
-    def pop(self, key: bytes, *default: bytes | None) -> bytes | None:
+    def pop(self, key: BytesLike, *default: bytes | None) -> bytes | None:
         """Delete ``key`` and return its value; ``default`` if absent (KeyError without
         one). Like ``dict.pop``; not atomic against another thread writing the key."""
         value = self.get(key)
@@ -761,11 +769,12 @@ class DB:
         self.delete(key)
         return value
 
-    def setdefault(self, key: bytes, default: bytes) -> bytes:
+    def setdefault(self, key: BytesLike, default: BytesLike) -> bytes:
         """The value of ``key``, first setting it to ``default`` if absent. Not atomic
         against another thread writing the key."""
         value = self.get(key)
         if value is None:
+            default = as_bytes(default, "value")
             self.put(key, default)
             return default
         return value
@@ -779,9 +788,11 @@ class DB:
         return sum(m.count for m in mems) + sum(int(f.table.props.get("count", 0))
                                                  for _, f in v.files())
 
-    def approximate_size(self, start: bytes | None = None, end: bytes | None = None) -> int:
+    def approximate_size(self, start: BytesLike | None = None,
+                         end: BytesLike | None = None) -> int:
         """Bytes of the tables whose key range meets ``[start, end)`` (whole tables, so an
         upper bound for the range; memtables not counted)."""
+        start, end = as_bound(start, "start"), as_bound(end, "end")
         v = self._version
         return sum(f.size for _, f in v.files()
                    if (end is None or f.smallest < end) and (start is None or f.largest >= start))
@@ -823,19 +834,17 @@ class DB:
             self._drop_snapshot(deferred.pop())
         return sorted(self._snapshots)
 
-    def scan(self, start: bytes | None = None, end: bytes | None = None, *,
+    def scan(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
              reverse: bool = False, snapshot: Snapshot | None = None,
-             prefix: bytes | None = None, limit: int | None = None) -> DBIterator:
+             prefix: BytesLike | None = None, limit: int | None = None) -> DBIterator:
         """Iterate ``(key, value)`` with ``start <= key < end`` in key order (descending
         with ``reverse=True``), as of ``snapshot`` or of the call.
 
         ``prefix``: only keys that start with it (combined with ``start``/``end``).
         ``limit``: at most that many items (0 or more).
         """
-        for name, bound in (("start", start), ("end", end), ("prefix", prefix)):
-            if bound is not None and type(bound) is not bytes:
-                raise InvalidTypeError(f"{name} must be bytes or None, not "
-                                       f"{type(bound).__name__}")
+        start, end = as_bound(start, "start"), as_bound(end, "end")
+        prefix = as_bound(prefix, "prefix")
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
         if prefix is not None:
@@ -1288,12 +1297,11 @@ class DB:
             if self._bg_error is not None:
                 raise self._background_failure() from self._bg_error
 
-    def compact_range(self, start: bytes | None = None, end: bytes | None = None) -> None:
+    def compact_range(self, start: BytesLike | None = None,
+                      end: BytesLike | None = None) -> None:
         """Flush, then merge everything with ``start <= key <= end`` into the last level,
         dropping overwritten versions and deletions. Blocks until done."""
-        for name, bound in (("start", start), ("end", end)):
-            if bound is not None and type(bound) is not bytes:
-                raise InvalidTypeError(f"{name} must be bytes or None")
+        start, end = as_bound(start, "start"), as_bound(end, "end")
         self.flush()
         with self._compaction_mutex:
             with self._version_lock:

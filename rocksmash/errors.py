@@ -9,8 +9,9 @@ class                       retriable  meaning / what to do
 ``Error``                   no         root; catch this to catch everything below
 ``InvalidArgumentError``    no         your input is wrong (bad option, oversized key);
                                        also a ``ValueError``
-``InvalidTypeError``        no         a key or value is not ``bytes``; also a
-                                       ``TypeError`` (and an ``InvalidArgumentError``)
+``InvalidTypeError``        no         a key or value is not bytes-like (``str``
+                                       included); also a ``TypeError`` (and an
+                                       ``InvalidArgumentError``)
 ``CorruptionError``         no         stored data failed a checksum or is malformed;
                                        the engine refuses to serve it
 ``LockedError``             no         another process has this database open
@@ -57,7 +58,7 @@ class InvalidArgumentError(Error, ValueError):
 
 
 class InvalidTypeError(InvalidArgumentError, TypeError):
-    """A key or value was not ``bytes``."""
+    """A key or value was not bytes-like (``bytes``, ``bytearray``, ``memoryview``)."""
 
 
 class CorruptionError(Error):

@@ -17,8 +17,9 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from .errors import CorruptionError, InvalidTypeError
+from .errors import CorruptionError
 from .formats import KIND_DELETE, KIND_PUT
+from .keys import BytesLike, as_bytes
 
 __all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "encode_batch", "encode_put",
            "decode_batch"]
@@ -33,7 +34,8 @@ _KIND_LEN = struct.Struct("<BI")
 class WriteBatch:
     """Puts and deletes applied atomically by :meth:`rocksmash.DB.write`.
 
-    Keys and values must be ``bytes``; anything else raises
+    Keys and values are bytes-like (``bytes``, ``bytearray``, ``memoryview``; copied to
+    ``bytes`` at once, see :mod:`rocksmash.keys`); anything else, ``str`` included, raises
     :class:`~rocksmash.errors.InvalidTypeError` (a ``TypeError``) at once. Later operations
     on the same key win. A batch can be reused after :meth:`clear`.
     """
@@ -44,15 +46,17 @@ class WriteBatch:
         #: (key, value) pairs in order; value ``None`` means delete.
         self.ops: list[tuple[bytes, bytes | None]] = []
 
-    def put(self, key: bytes, value: bytes) -> "WriteBatch":
-        if type(key) is not bytes or type(value) is not bytes:
-            _type_error(key, value)
+    def put(self, key: BytesLike, value: BytesLike) -> "WriteBatch":
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = as_bytes(value, "value")
         self.ops.append((key, value))
         return self
 
-    def delete(self, key: bytes) -> "WriteBatch":
+    def delete(self, key: BytesLike) -> "WriteBatch":
         if type(key) is not bytes:
-            _type_error(key, b"")
+            key = as_bytes(key, "key")
         self.ops.append((key, None))
         return self
 
@@ -67,11 +71,6 @@ class WriteBatch:
 
     def __repr__(self) -> str:
         return f"WriteBatch({len(self.ops)} ops)"
-
-
-def _type_error(key: object, value: object) -> None:
-    bad, what = (key, "key") if type(key) is not bytes else (value, "value")
-    raise InvalidTypeError(f"{what} must be bytes, not {type(bad).__name__}")
 
 
 def encode_put(seq: int, key: bytes, value: bytes) -> bytes:
