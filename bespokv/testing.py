@@ -38,7 +38,6 @@ from typing import Any
 from bespokv.client import AsyncClient, Client
 from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, ShardOverride, Tuning
 from bespokv.datalets import DataletFactory
-from cloudtier.testing.ports import free_port
 
 __all__ = [
     "wait_until",
@@ -66,6 +65,14 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str, *, interva
         if time.monotonic() > deadline:
             raise TimeoutError(f"after {timeout}s still waiting for {what}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1, free when checked and outside the ephemeral range (see
+    cloudtier.testing.ports; imported here, so importing bespokv loads no cloudtier)."""
+    from cloudtier.testing.ports import free_port as pick
+
+    return pick()
 
 
 def make_config(
