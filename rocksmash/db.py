@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 import weakref
-from itertools import islice
 from bisect import bisect_left
 from typing import Any, Callable, Iterator
 
@@ -36,6 +35,7 @@ from .compaction import (Compaction, first_cloud_level, level_targets, pick_comp
 from .env import FileLock, LocalFile, fsync_dir, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
+from .iterator import KEY, VALUE, DBIterator
 from .jobs import JOBS
 from .keys import BytesLike, as_bound, as_bytes
 from .log_format import CLEAN
@@ -95,8 +95,11 @@ class Snapshot:
         return self._db.get(key, snapshot=self)
 
     def scan(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
-             reverse: bool = False) -> "DBIterator":
-        return self._db.scan(start, end, reverse=reverse, snapshot=self)
+             reverse: bool = False, prefix: BytesLike | None = None,
+             limit: int | None = None, keys_only: bool = False) -> DBIterator:
+        """:meth:`DB.scan` as of this snapshot."""
+        return self._db.scan(start, end, reverse=reverse, snapshot=self, prefix=prefix,
+                             limit=limit, keys_only=keys_only)
 
     def close(self) -> None:
         if not self._closed:
@@ -117,47 +120,6 @@ class Snapshot:
             self._db._deferred_releases.append(self.seq)  # list.append takes no lock
 
     __del__ = _release_later
-
-
-class DBIterator:
-    """Iterator of ``(key, value)`` from :meth:`DB.scan`.
-
-    It holds an implicit snapshot (unless given one) until it is exhausted, closed, or
-    garbage collected; ``close()`` or a ``with`` block releases it at once.
-    """
-
-    __slots__ = ("_db", "_it", "_end", "__weakref__")
-
-    def __init__(self, db: "DB", it: Iterator[tuple[bytes, bytes]],
-                 end: Callable[[], None] | None) -> None:
-        self._db = db
-        self._it = it
-        self._end = end
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        # A for-loop iterates the merge itself: no Python-level call per item.
-        return self._it
-
-    def __next__(self) -> tuple[bytes, bytes]:
-        if self._db._closed:
-            raise self._db._closed_error()
-        return next(self._it)
-
-    def close(self) -> None:
-        """Stop the iteration (later ``next`` raises StopIteration) and release its
-        snapshot and table readers."""
-        self._it = iter(())
-        end, self._end = self._end, None
-        if end is not None:
-            end()
-        if not self._db._closed:
-            self._db._release_snapshot(None)  # apply the release now
-
-    def __enter__(self) -> "DBIterator":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class DB:
@@ -735,14 +697,14 @@ class DB:
         return self.keys()
 
     def keys(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
-             reverse: bool = False) -> Iterator[bytes]:
-        """Keys with ``start <= key < end``, in order; a scan (see :meth:`scan`)."""
-        return (k for k, _ in self.scan(start, end, reverse=reverse))
+             reverse: bool = False) -> DBIterator:
+        """Keys with ``start <= key < end``, in order: ``scan(..., keys_only=True)``."""
+        return self.scan(start, end, reverse=reverse, keys_only=True)
 
     def values(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
-               reverse: bool = False) -> Iterator[bytes]:
-        """Values of the keys with ``start <= key < end``, in key order."""
-        return (v for _, v in self.scan(start, end, reverse=reverse))
+               reverse: bool = False) -> DBIterator:
+        """Values of the keys with ``start <= key < end``, in key order (a scan)."""
+        return self._iterator(start, end, reverse, None, None, None, VALUE)
 
     def items(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
               reverse: bool = False) -> DBIterator:
@@ -836,13 +798,26 @@ class DB:
 
     def scan(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
              reverse: bool = False, snapshot: Snapshot | None = None,
-             prefix: BytesLike | None = None, limit: int | None = None) -> DBIterator:
+             prefix: BytesLike | None = None, limit: int | None = None,
+             keys_only: bool = False) -> DBIterator:
         """Iterate ``(key, value)`` with ``start <= key < end`` in key order (descending
         with ``reverse=True``), as of ``snapshot`` or of the call.
 
         ``prefix``: only keys that start with it (combined with ``start``/``end``).
         ``limit``: at most that many items (0 or more).
+        ``keys_only``: yield keys alone.
+
+        The iterator can :meth:`~DBIterator.seek`, :meth:`~DBIterator.seek_to_first` and
+        :meth:`~DBIterator.seek_to_last` within the range (see :mod:`rocksmash.iterator`).
         """
+        if type(keys_only) is not bool:
+            raise InvalidArgumentError(f"keys_only must be True or False, not {keys_only!r}")
+        return self._iterator(start, end, reverse, snapshot, prefix, limit,
+                              KEY if keys_only else None)
+
+    def _iterator(self, start: BytesLike | None, end: BytesLike | None, reverse: bool,
+                  snapshot: Snapshot | None, prefix: BytesLike | None, limit: int | None,
+                  project: Callable[[tuple[bytes, bytes]], Any] | None) -> DBIterator:
         start, end = as_bound(start, "start"), as_bound(end, "end")
         prefix = as_bound(prefix, "prefix")
         if limit is not None and (type(limit) is not int or limit < 0):
@@ -851,19 +826,14 @@ class DB:
             start = prefix if start is None else max(start, prefix)
             after = _prefix_end(prefix)
             end = after if end is None or (after is not None and after < end) else end
-        if limit == 0 or (start is not None and end is not None and start >= end):
-            return DBIterator(self, iter(()), None)
         if snapshot is None:
-            # An implicit snapshot, owned by the merge: released when it ends (deferred:
-            # that may happen in the garbage collector, which must not take locks).
-            snapshot = self.snapshot()
-            release = snapshot._release_later
-        elif snapshot._closed or snapshot._db is not self:
+            # An implicit snapshot, owned by the iterator (and held by its merges): freed
+            # with the last of them (deferred: that may happen in the garbage collector,
+            # which must not take locks), or at once by DBIterator.close().
+            return DBIterator(self, self.snapshot(), True, start, end, reverse, limit, project)
+        if snapshot._closed or snapshot._db is not self:
             raise ClosedError("snapshot is closed or belongs to another database")
-        else:
-            release = None
-        it, stop = self._scan(start, end, reverse, snapshot.seq, release)
-        return DBIterator(self, it if limit is None else islice(it, limit), stop)
+        return DBIterator(self, snapshot, False, start, end, reverse, limit, project)
 
     def _scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
               release: Callable[[], None] | None
