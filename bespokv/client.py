@@ -140,7 +140,9 @@ class AsyncClient:
         self._homes: dict[int, int] = {}
         self._map: ShardMap | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._batchers: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
+        #: one batcher per (node, writes?): reads never queue behind writes stuck on a
+        #: broken chain (a write's Multi may wait its whole deadline for the tail)
+        self._batchers: dict[tuple[str, bool], AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._refreshing: asyncio.Future[None] | None = None
         self._last_refresh = 0.0
         self._down: set[str] = set()  # nodes the cluster reports down (etcd liveness)
@@ -202,9 +204,8 @@ class AsyncClient:
             return
         serving = {r for s in new.shards.values() for r in s.replicas}
         gone = ({r for s in old.shards.values() for r in s.replicas} - serving) | newly_down
-        for node in gone:
-            b = self._batchers.get(node)
-            if b is not None:
+        for (node, _), b in self._batchers.items():
+            if node in gone:
                 b.abort(UnavailableError(f"{node} is down or was dropped (map epoch {new.epoch})"))
 
     async def _watch_map(self, i: int) -> None:
@@ -308,8 +309,8 @@ class AsyncClient:
             return write_node(info, home)
         return read_node(info, home, read_from=self.read_from)
 
-    def _batcher(self, node: str) -> AutoBatcher[pb.Op, pb.OpResult]:
-        b = self._batchers.get(node)
+    def _batcher(self, node: str, write: bool) -> AutoBatcher[pb.Op, pb.OpResult]:
+        b = self._batchers.get((node, write))
         if b is None:
 
             async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
@@ -318,7 +319,7 @@ class AsyncClient:
                 )
                 return list(resp.results)
 
-            b = self._batchers[node] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
+            b = self._batchers[node, write] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
         return b
 
     def _epoch_md(self) -> tuple[tuple[str, str], ...]:
@@ -364,7 +365,7 @@ class AsyncClient:
             op = make(info.id)
             try:
                 try:
-                    res = await (self._batcher(node).submit(op) if batched else self._unary(node, op))
+                    res = await (self._batcher(node, write).submit(op) if batched else self._unary(node, op))
                 except grpc.aio.AioRpcError as exc:
                     raise _rpc_error(exc, node) from None
                 if res.status.code:

@@ -30,6 +30,9 @@ class Coordinator(abc.ABC):
     event loop) after each change, in epoch order.
     """
 
+    #: True when the map can change (failover, rejoin); False for a fixed map
+    dynamic: bool = False
+
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect to the backing store (no-op for the static coordinator)."""
 

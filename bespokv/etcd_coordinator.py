@@ -75,6 +75,8 @@ def parse_endpoints(endpoints: str | Sequence[str]) -> list[tuple[str, int]]:
 class EtcdCoordinator(Coordinator):
     """The shard map in etcd. ``node_id`` given: also hold that node's liveness lease."""
 
+    dynamic = True
+
     def __init__(
         self,
         config: ClusterConfig,

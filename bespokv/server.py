@@ -47,6 +47,7 @@ from bespokv.hlc import HybridClock
 from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.rejoin import rejoin
 from bespokv.routing import EPOCH_HEADER, read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
 from bespokv.service import check_stream, generic_handler
@@ -121,6 +122,9 @@ class Node:
         self.map_changed = asyncio.Event()
         self._alive: set[str] | None = None  # last liveness set seen (etcd coordinator)
         self._background: set[asyncio.Task[None]] = set()
+        #: the shards the config gives this node (a dropped replica rejoins these)
+        self._home = ShardMap.from_config(config)
+        self._rejoining: set[int] = set()
         self.peers: PeerPool
 
     @property
@@ -142,6 +146,34 @@ class Node:
         spec = self.config.datalet_for(self.node_id)
         return make_datalet(spec, node=self.node_id, shard=shard, base_dir=self.config.base_dir)
 
+    def _worker(self, shard: int) -> DataletWorker:
+        """The shard replica's datalet behind its thread, opened on first use."""
+        worker = self.workers.get(shard)
+        if worker is None:
+            datalet = self._make_datalet(shard)
+            self.datalets[shard] = datalet
+            worker = self.workers[shard] = DataletWorker(
+                datalet, f"datalet-{self.node_id}-{shard}", thread=self.config.tuning.datalet_thread and getattr(datalet, "blocking", True)
+            )
+        return worker
+
+    def _open_replica(self, info: ShardInfo) -> Controlet:
+        ctx = ShardContext(
+            node_id=self.node_id,
+            node_number=node_number(self.node_id),
+            writer_id=self.writer_id,
+            shard=info,
+            datalet=self._worker(info.id),
+            peers=self.peers,
+            clock=self.clock,
+            tuning=self.config.tuning,
+            limits=self.limits,
+            epoch=info.epoch,
+            can_serve=self.coordinator.can_serve,
+        )
+        c = self.controlets[info.id] = make_controlet(ctx)
+        return c
+
     async def start(self) -> None:
         await self.coordinator.start()
         smap = self.shard_map
@@ -149,25 +181,7 @@ class Node:
         peer_token = self.config.peer_token or self.config.token
         self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits)
         for info in smap.shards_of(self.node_id):
-            datalet = self._make_datalet(info.id)
-            self.datalets[info.id] = datalet
-            worker = self.workers[info.id] = DataletWorker(
-                datalet, f"datalet-{self.node_id}-{info.id}", thread=self.config.tuning.datalet_thread and getattr(datalet, "blocking", True)
-            )
-            ctx = ShardContext(
-                node_id=self.node_id,
-                node_number=node_number(self.node_id),
-                writer_id=self.writer_id,
-                shard=info,
-                datalet=worker,
-                peers=self.peers,
-                clock=self.clock,
-                tuning=self.config.tuning,
-                limits=self.limits,
-                epoch=info.epoch,
-                can_serve=self.coordinator.can_serve,
-            )
-            self.controlets[info.id] = make_controlet(ctx)
+            self._open_replica(info)
 
         interceptors = (
             [TokenAuthInterceptor(self.config.token, self.config.peer_token)]
@@ -201,6 +215,7 @@ class Node:
             await c.start()
         self.coordinator.subscribe(self._on_map)
         self.coordinator.subscribe_alive(self._on_alive)
+        self._rejoin_missing()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for svc in ("bespokv.v1.KV", "bespokv.v1.Admin", "bespokv.v1.Peer"):
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -269,7 +284,7 @@ class Node:
                 info = smap.shards.get(sid)
                 if info is None or self.node_id not in info.replicas:
                     # Dropped from the shard (declared dead while it was paused or cut
-                    # off): stop serving it; a returning replica rejoins by a later change.
+                    # off): stop serving it; it rejoins below (see rejoin.py).
                     log.warning("node %s: no longer a replica of shard %s (epoch %d)", self.node_id, sid, smap.epoch)
                     self.controlets.pop(sid)
                     await c.stop()
@@ -282,6 +297,41 @@ class Node:
                 else:  # active-active: replica sets are not changed by failover; adopt the epoch
                     c.ctx.shard = info
                     c.ctx.epoch = info.epoch
+            for info in smap.shards_of(self.node_id):
+                if info.id not in self.controlets and not self._stopping:
+                    # Put back (or added) by the map: serve once the upstream has fed us
+                    # what it held when it connected under this epoch.
+                    log.warning("node %s: replica of shard %s again (epoch %d)", self.node_id, info.id, smap.epoch)
+                    await self._open_replica(info).start()
+        self._rejoin_missing()
+
+    def _rejoin_missing(self) -> None:
+        """Start a rejoin (rejoin.py) for every master-slave shard the config gives this
+        node that the map has dropped it from and that runs short of replicas."""
+        if not self.coordinator.dynamic or self._stopping:
+            return
+        smap = self.shard_map
+        for home in self._home.shards_of(self.node_id):
+            info = smap.shards.get(home.id)
+            if (
+                info is None
+                or info.mode not in ("ms-sc", "ms-ec")
+                or self.node_id in info.replicas
+                or home.id in self._rejoining
+                or len(info.replicas) >= len(home.replicas)
+            ):
+                continue
+            self._rejoining.add(home.id)
+            self._spawn(self._rejoin(home.id, len(home.replicas)))
+
+    async def _rejoin(self, shard: int, replicas: int) -> None:
+        try:
+            await rejoin(
+                coordinator=self.coordinator, peers=self.peers, me=self.node_id, shard=shard,
+                replicas=replicas, worker=lambda: self._worker(shard), tuning=self.config.tuning,
+            )
+        finally:
+            self._rejoining.discard(shard)
 
     def _on_alive(self, alive: set[str]) -> None:
         changed, self.map_changed = self.map_changed, asyncio.Event()
@@ -398,8 +448,10 @@ class Node:
             raise WrongShardError(f"node {self.node_id} has no replica of shard {info.id} ({what})")
         return c
 
-    def _forwarder(self, node: str, hops: int) -> AutoBatcher[pb.Op, pb.OpResult]:
-        key = f"{node}/{hops}"
+    def _forwarder(self, node: str, hops: int, write: bool) -> AutoBatcher[pb.Op, pb.OpResult]:
+        # Reads and writes in separate batches: a read must not wait in a Multi whose
+        # writes wait for a broken chain.
+        key = f"{node}/{hops}/{'w' if write else 'r'}"
         b = self._forwarders.get(key)
         if b is None:
             md = tuple(self.peers.metadata or ()) + ((HOPS_HEADER, str(hops + 1)),)
@@ -420,7 +472,7 @@ class Node:
             raise WrongShardError(f"request forwarded {hops} times and still not at its node; shard maps disagree")
         self.counters["forwarded"] += 1
         try:
-            res = await self._forwarder(node, hops).submit(op)
+            res = await self._forwarder(node, hops, op.WhichOneof("op") != "get").submit(op)
         except Exception as exc:  # mapped
             raise rpc_error(exc, f"forwarding to {node}") from exc
         if res.status.code:

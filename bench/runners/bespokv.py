@@ -160,8 +160,8 @@ class BespokvRunner(AsyncRunner):
         if self._cluster is not None:
             raw["node_pids"] = self._cluster.all_pids()
         if self._client is not None:
-            raw["client_batches"] = {node: {"rpcs": b.batches, "ops": b.items}
-                                     for node, b in getattr(self._client, "_batchers", {}).items()}
+            raw["client_batches"] = {f"{node}/{'writes' if write else 'reads'}": {"rpcs": b.batches, "ops": b.items}
+                                     for (node, write), b in getattr(self._client, "_batchers", {}).items()}
         return RunnerStats(raw=raw)
 
     def describe(self) -> dict[str, Any]:

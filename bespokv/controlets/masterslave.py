@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from bespokv.controlets.base import Controlet, ShardContext
-from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed
+from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed, pull
 from bespokv.errors import Error, FencedError, UnavailableError, WrongShardError, from_exception
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.shardmap import ShardInfo
@@ -195,15 +195,7 @@ class MasterSlaveControlet(Controlet):
         )
 
     async def _pull(self, node: str) -> None:
-        call = self.ctx.peers.peer(node).Pull(
-            pb.PullRequest(shard=self.ctx.shard_id, position=self.store.position(), from_node=self.ctx.node_id),
-            metadata=self.ctx.peers.metadata,
-        )
-        progress = CatchUp(self.store.position())
-        async for msg in call:
-            await apply_message(self.store, msg, progress)
-        if progress.copy_position is not None:
-            raise UnavailableError("pull ended in the middle of a copy")
+        await pull(self.store, self.ctx.peers, self.ctx.shard_id, node, self.ctx.node_id)
 
     # -- peer RPCs ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ import grpc
 from bespokv.config import Tuning
 from bespokv.datalets.base import RESERVED_PREFIX, Op
 from bespokv.datalets.worker import DataletWorker
-from bespokv.errors import CorruptionError, WrongShardError
+from bespokv.errors import CorruptionError, UnavailableError, WrongShardError
 from bespokv.peers import PeerPool
 from bespokv.proto import bespokv_pb2 as pb
 
@@ -49,6 +49,7 @@ __all__ = [
     "feed",
     "apply_message",
     "CatchUp",
+    "pull",
     "entries_message",
     "ops_from_mutations",
 ]
@@ -395,6 +396,19 @@ async def apply_message(store: ReplicatedStore, msg: pb.ReplMessage, progress: C
         progress.copy_position = None
     else:
         raise WrongShardError(f"unexpected replication message {kind!r}")
+
+
+async def pull(store: ReplicatedStore, peers: PeerPool, shard: int, source: str, me: str) -> None:
+    """Bring ``store`` up to ``source``'s position as of the pull (``Peer.Pull``: the
+    entries after ours from its log, or a full copy and the entries after it)."""
+    call = peers.peer(source).Pull(
+        pb.PullRequest(shard=shard, position=store.position(), from_node=me), metadata=peers.metadata
+    )
+    progress = CatchUp(store.position())
+    async for msg in call:
+        await apply_message(store, msg, progress)
+    if progress.copy_position is not None:
+        raise UnavailableError(f"shard {shard}: the pull from {source} ended in the middle of a copy")
 
 
 class Link:
