@@ -359,9 +359,16 @@ class Node:
                 order = await self._most_up_to_date_first(info.id, order)
 
             def change(s: ShardInfo, order: list[str] = order) -> ShardInfo | None:
-                if dead not in s.replicas:
-                    return None  # another replica did it already
-                return dataclasses.replace(s, replicas=tuple(r for r in order if r in s.replicas))
+                # Decided on the shard as it is now (``info`` may be old: a node may have
+                # rejoined since), never emptying it.
+                if dead not in s.replicas or dead not in self.coordinator.down():
+                    return None  # done by another replica, or it is back with a new lease
+                rest = [r for r in s.replicas if r != dead]
+                if not rest:
+                    return None
+                if s.mode == "ms-ec" and s.head == dead:  # the most up-to-date first
+                    rest = [r for r in order if r in rest] + [r for r in rest if r not in order]
+                return dataclasses.replace(s, replicas=tuple(rest))
 
             try:
                 new = await self.coordinator.change_shard(info.id, change)

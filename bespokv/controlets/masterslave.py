@@ -200,7 +200,10 @@ class MasterSlaveControlet(Controlet):
     # -- peer RPCs ----------------------------------------------------------------------------
 
     def on_position(self) -> pb.PositionResponse:
-        return pb.PositionResponse(position=self.store.position(), ready=self.synced)
+        return pb.PositionResponse(
+            position=self.store.position(), ready=self.synced,
+            head_seq_seen=max(self.store.head_seq_seen, self.store.seq),
+        )
 
     async def on_pull(self, request: pb.PullRequest) -> AsyncIterator[pb.ReplMessage]:
         messages = feed(

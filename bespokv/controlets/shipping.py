@@ -28,7 +28,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import grpc
@@ -182,6 +182,8 @@ class ReplicatedStore:
         self.history = b""
         self.seq = 0
         self.generation = 0
+        #: highest seq the upstream said it had reached (Entries.head_seq; in memory only)
+        self.head_seq_seen = 0
         self.log = ReplicationLog(tuning.log_retain_entries)
         self.lock = asyncio.Lock()
         self._changed = asyncio.Event()
@@ -215,15 +217,28 @@ class ReplicatedStore:
 
     # -- writes ---------------------------------------------------------------------------
 
-    async def append_local(self, ops: list[Op]) -> int:
-        """Head/master: number ``ops``, apply them with the new position, log them."""
-        return await self._locked(self._append(ops))
+    async def append_local(self, ops: list[Op], admit: Callable[[], Awaitable[None]] | None = None) -> int:
+        """Head/master: number ``ops``, apply them with the new position, log them.
+        ``admit`` runs first, under the lock (so no other write is numbered between its
+        check and this one): it may wait, or raise to refuse the write."""
 
-    async def cas_local(self, key: bytes, expected: bytes | None, value: bytes | None) -> tuple[bool, bytes | None, int]:
+        async def append() -> int:
+            if admit is not None:
+                await admit()
+            return await self._append(ops)
+
+        return await self._locked(append())
+
+    async def cas_local(
+        self, key: bytes, expected: bytes | None, value: bytes | None, admit: Callable[[], Awaitable[None]] | None = None
+    ) -> tuple[bool, bytes | None, int]:
         """Head/master: compare and set atomically with every other write of the shard;
-        returns ``(succeeded, value before, seq to wait for)``."""
+        returns ``(succeeded, value before, seq to wait for)``. ``admit``: as for
+        :meth:`append_local`."""
 
         async def cas() -> tuple[bool, bytes | None, int]:
+            if admit is not None:
+                await admit()
             current = await self.datalet.get(key)
             if current != expected:
                 return False, current, self.seq
@@ -303,10 +318,12 @@ class ReplicatedStore:
         self.history = history
 
 
-def entries_message(shard: int, entries: list[tuple[int, list[Op]]]) -> pb.ReplMessage:
+def entries_message(shard: int, entries: list[tuple[int, list[Op]]], head_seq: int = 0) -> pb.ReplMessage:
     return pb.ReplMessage(
         shard=shard,
-        entries=pb.Entries(entries=[pb.ReplEntry(seq=s, mutations=_mutations(ops)) for s, ops in entries]),
+        entries=pb.Entries(
+            entries=[pb.ReplEntry(seq=s, mutations=_mutations(ops)) for s, ops in entries], head_seq=head_seq
+        ),
     )
 
 
@@ -351,7 +368,7 @@ async def feed(
             log_.pin(owner, sent)
             batch = log_.after(sent, max_bytes)
             if batch:
-                yield entries_message(shard, batch)
+                yield entries_message(shard, batch, store.seq)
                 sent = batch[-1][0]
                 continue
             if not follow:
@@ -377,6 +394,7 @@ async def apply_message(store: ReplicatedStore, msg: pb.ReplMessage, progress: C
     """Apply one replication message to ``store`` (downstream side)."""
     kind = msg.WhichOneof("body")
     if kind == "entries":
+        store.head_seq_seen = max(store.head_seq_seen, msg.entries.head_seq)
         await store.apply_entries(msg.entries.entries)
     elif kind == "snapshot_begin":
         await store.begin_copy()

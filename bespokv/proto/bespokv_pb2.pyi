@@ -314,10 +314,12 @@ class Hello(_message.Message):
     def __init__(self, from_node: _Optional[str] = ..., position: _Optional[_Union[Position, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Entries(_message.Message):
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "head_seq")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    HEAD_SEQ_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[ReplEntry]
-    def __init__(self, entries: _Optional[_Iterable[_Union[ReplEntry, _Mapping]]] = ...) -> None: ...
+    head_seq: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[ReplEntry, _Mapping]]] = ..., head_seq: _Optional[int] = ...) -> None: ...
 
 class SnapshotBegin(_message.Message):
     __slots__ = ("position",)
@@ -368,12 +370,14 @@ class PositionRequest(_message.Message):
     def __init__(self, shard: _Optional[int] = ...) -> None: ...
 
 class PositionResponse(_message.Message):
-    __slots__ = ("position", "ready")
+    __slots__ = ("position", "ready", "head_seq_seen")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    HEAD_SEQ_SEEN_FIELD_NUMBER: _ClassVar[int]
     position: Position
     ready: bool
-    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., ready: _Optional[bool] = ...) -> None: ...
+    head_seq_seen: int
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., ready: _Optional[bool] = ..., head_seq_seen: _Optional[int] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("shard", "position", "from_node")
