@@ -53,15 +53,6 @@ __all__ = [
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
-def free_port() -> int:
-    """A free loopback port for a test server: cloudtier.testing's picker (outside the
-    ephemeral range, never the same twice in a process). Imported on use, so importing
-    bespokv (or this module) does not load cloudtier."""
-    from cloudtier.testing.ports import free_port as pick
-
-    return pick()
-
-
 def wait_until(cond: Callable[[], object], timeout: float, what: str, *, interval: float = 0.05) -> object:
     """Poll ``cond()`` until it returns something true and return that; raise
     ``TimeoutError`` naming ``what`` after ``timeout`` seconds. Exceptions from ``cond``
