@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-training test test-fast lint venv clean
+.PHONY: demo demo-training test test-fast lint venv clean open-options
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# rocksmash/open_options.py (the typed keywords of rocksmash.open) from rocksmash/options.py;
+# run after adding or changing an option (a test fails until it is current).
+open-options: $(STAMP)
+	$(PY) scripts/gen_open_options.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -12,18 +12,23 @@ formats. All errors derive from :class:`rocksmash.Error` (see :mod:`rocksmash.er
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
-from typing import Any
+import textwrap
+import typing
+from typing import Unpack
 
 from .db import DB, DBIterator, Snapshot
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, LockedError, NewerFormatError, ObjectStoreError,
                      UnavailableError)
+from .open_options import HELP, OpenOptions
 from .options import Options, parse_size
 from .write_batch import WriteBatch
 
 __all__ = [
-    "open", "DB", "DBIterator", "Snapshot", "WriteBatch", "Options", "parse_size",
+    "open", "DB", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
     "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
 ]
@@ -31,14 +36,20 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> DB:  # the API name
+def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  # the API name
     """Open (creating if missing) the database at ``path``.
 
-    Options are keyword arguments (see :class:`rocksmash.Options` for each one and its
-    default); sizes take ints or strings such as ``"64MiB"``. Raises
-    :class:`InvalidArgumentError` for an unknown or invalid option, :class:`LockedError`
-    if another process has the database open, :class:`CorruptionError` if its files are
-    damaged. The returned :class:`DB` is also a context manager.
+    Options are keyword arguments, each listed below with its default; sizes take ints or
+    strings such as ``"64MiB"``, durations seconds or strings such as ``"100ms"``. An
+    editor and mypy check their names and types (:class:`OpenOptions`). Raises
+    :class:`InvalidArgumentError` for an unknown or invalid option (also when passed as
+    ``**kwargs``), :class:`LockedError` if another process has the database open,
+    :class:`CorruptionError` if its files are damaged. The returned :class:`DB` is also a
+    context manager.
+
+    One process at a time may open a database (a lock file); in it, the :class:`DB` is
+    safe to use from any number of threads. A ``fork`` child must not use a database its
+    parent opened (it is disabled there): open it in the child.
     """
     opts = Options.from_kwargs(**options)
     for attempt in range(_OPEN_ATTEMPTS):
@@ -54,3 +65,25 @@ def open(path: str | os.PathLike[str], **options: Any) -> DB:  # the API name
 
 #: Opens tried when racing openers of one object-store prefix make an open fail.
 _OPEN_ATTEMPTS = 3
+
+
+def _document_open() -> None:
+    """Give ``open`` a signature and docstring listing every option (derived from
+    :class:`Options` and the generated :mod:`rocksmash.open_options`), for ``help()``,
+    ``inspect.signature`` and the API docs."""
+    hints = typing.get_type_hints(OpenOptions)
+    params = [inspect.Parameter("path", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=str | os.PathLike)]
+    lines = ["", "Options:", ""]
+    for f in dataclasses.fields(Options):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                                        default=default, annotation=hints[f.name]))
+        shown, meaning = HELP[f.name]
+        lines.append(f"``{f.name}`` (default ``{shown}``)")
+        lines += textwrap.wrap(meaning, 84, initial_indent="    ", subsequent_indent="    ")
+    open.__signature__ = inspect.Signature(params, return_annotation=DB)  # type: ignore[attr-defined]
+    open.__doc__ = (open.__doc__ or "") + "\n    ".join(lines) + "\n"
+
+
+_document_open()

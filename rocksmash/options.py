@@ -3,6 +3,11 @@
 Every tunable lives here with a line on why it has its default. Sizes accept an ``int``
 (bytes) or a string such as ``"64MiB"``, ``"4KiB"``, ``"1.5GB"`` (SI and IEC units).
 An unknown option raises :class:`~rocksmash.errors.InvalidArgumentError` naming it.
+
+This class is the one list of options. The comment above each field is also its help
+text for users (``help(rocksmash.open)``); after adding or changing an option, run
+``make open-options`` to regenerate rocksmash/open_options.py (the typed keywords of
+``rocksmash.open``; decision 0011). A test fails until it is current.
 """
 
 from __future__ import annotations

@@ -1,0 +1,204 @@
+"""The keyword options of :func:`rocksmash.open`, typed for editors and type checkers.
+
+GENERATED from rocksmash/options.py by ``python scripts/gen_open_options.py``; do not
+edit. tests/rocksmash/test_library_options.py fails when this file is out of date.
+
+``rocksmash.open(path, **options: Unpack[OpenOptions])``: mypy and editors check each
+keyword's name and type against :class:`OpenOptions`; at run time an unknown name, or a
+value that does not parse, raises :class:`~rocksmash.errors.InvalidArgumentError`.
+Sizes take an ``int`` (bytes) or a string such as ``"64MiB"``; durations a number of
+seconds or a string such as ``"100ms"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+__all__ = ["OpenOptions", "HELP"]
+
+
+class OpenOptions(TypedDict, total=False):
+    """Every option of :func:`rocksmash.open`, with what it accepts (see
+    :class:`rocksmash.Options` for the parsed values)."""
+
+    memtable_size: int | str
+    """Memory a memtable may use before it is sealed and flushed: keys, values and about
+    200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default.
+    Default: ``'64MiB'``."""
+
+    max_immutable_memtables: int
+    """Sealed memtables allowed to wait for flush before writers stall (memory bound): with
+    the active one, two memtables at most, as RocksDB's max_write_buffer_number=2.
+    Default: ``1``."""
+
+    block_size: int | str
+    """Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.
+    Default: ``'4KiB'``."""
+
+    compression: str
+    """Block compression: lz4 is fast enough that decompression is not the bottleneck.
+    Default: ``'lz4'``."""
+
+    bloom_bits_per_key: int
+    """Bloom filter bits per key; 10 gives roughly a 1-2% false-positive rate. Default:
+    ``10``."""
+
+    sync: bool
+    """Default for the ``sync`` argument of writes: fsync the WAL before returning.
+    Default: ``False``."""
+
+    block_cache_size: int | str
+    """Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts
+    its block cache; the Python objects around them add roughly half again. Default:
+    ``'64MiB'``."""
+
+    target_file_size: int | str
+    """Size at which compaction cuts output tables. Small enough that one compaction step
+    is a few seconds of Python work. Default: ``'8MiB'``."""
+
+    level_base_size: int | str
+    """Target size of the base level (the level L0 compacts into), as in RocksDB's
+    max_bytes_for_level_base; deeper levels grow by ``level_multiplier``. Default:
+    ``'64MiB'``."""
+
+    level_multiplier: int
+    """Target size of the base level (the level L0 compacts into), as in RocksDB's
+    max_bytes_for_level_base; deeper levels grow by ``level_multiplier``. Default:
+    ``10``."""
+
+    num_levels: int
+    """Number of levels including L0. Default: ``7``."""
+
+    l0_compaction_trigger: int
+    """L0 files that trigger a compaction, and the count at which writes stall. Default:
+    ``4``."""
+
+    l0_stop_writes_trigger: int
+    """L0 files that trigger a compaction, and the count at which writes stall. Default:
+    ``20``."""
+
+    background_processes: bool
+    """Run flush and compaction in worker processes (one each), keeping the GIL free for
+    the foreground. False runs them on background threads of this process instead.
+    Default: ``True``."""
+
+    max_key_size: int | str
+    """Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
+    Default: ``'64KiB'``."""
+
+    max_value_size: int | str
+    """Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
+    Default: ``'64MiB'``."""
+
+    create_if_missing: bool
+    """Create the database if the path holds none; refuse to open an existing one. Default:
+    ``True``."""
+
+    error_if_exists: bool
+    """Create the database if the path holds none; refuse to open an existing one. Default:
+    ``False``."""
+
+    recovery_processes: int
+    """Worker processes replaying WAL segments at open, in parallel (each segment becomes
+    its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory.
+    Ignored with background_processes=False (then segments replay one at a time).
+    Default: ``0``."""
+
+    wal_recovery: str
+    """What recovery does with a WAL segment whose last record is complete but fails its
+    checksum. No crash of the writing process leaves that (a crash leaves a record cut
+    short, which is always dropped), so it may be a synced, acknowledged write that was
+    damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.
+    Default: ``'strict'``."""
+
+    stall_timeout: float | str
+    """A write blocked longer than this (memtables and L0 full because flush or compaction
+    cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A
+    healthy engine stalls for well under a second; a minute means something is wrong.
+    Default: ``'60s'``."""
+
+    object_store: Any
+    """Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``,
+    ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``. Default:
+    ``None``."""
+
+    object_store_options: dict[str, Any]
+    """Keyword options for ``cloudtier.open_store`` (endpoint_url, region, credentials...).
+    Default: ``{}``."""
+
+    object_store_retries: int
+    """Attempts after the first for a failed object-store request (with backoff, jitter).
+    Default: ``5``."""
+
+    local_budget: Any
+    """Bytes of tables kept on local disk: a size, or a percentage of all table bytes
+    ("10%"). Levels that do not fit go to the object store, deepest first. Default:
+    ``'10%'``."""
+
+    cache_size: int | str
+    """Local persistent cache of cloud data blocks (the DataCache). Default: ``'256MiB'``."""
+
+    cloud_target_file_size: int | str
+    """Cloud tables are larger (fewer objects and requests). Their compression: zstd stores
+    about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2
+    (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.
+    Default: ``'32MiB'``."""
+
+    cloud_compression: str
+    """Cloud tables are larger (fewer objects and requests). Their compression: zstd stores
+    about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2
+    (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.
+    Default: ``'lz4'``."""
+
+    cloud_fetch_size: int | str
+    """Bytes fetched per read that misses the DataCache: the aligned window of blocks
+    around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so
+    cold data warms up sixteen blocks per request (0: one block per request). Default:
+    ``'64KiB'``."""
+
+    compaction_aware_cache: bool
+    """Compaction writes the hot parts of its cloud output straight into the DataCache (it
+    has the bytes), so hot keys stay cached across compactions. Default: ``True``."""
+
+    fencing_check_interval: float | str
+    """How often a tiered writer checks that no other writer has claimed its prefix (one
+    GET of the epoch object; also done at every flush). A fenced writer's writes raise
+    FencedError from then on; writes it acknowledged in between may be lost (see
+    docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3. Default:
+    ``'1s'``."""
+
+
+#: Each option's default (as shown to users) and meaning, for ``help(rocksmash.open)``.
+HELP: dict[str, tuple[str, str]] = {
+    'memtable_size': ("'64MiB'", "Memory a memtable may use before it is sealed and flushed: keys, values and about 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default."),
+    'max_immutable_memtables': ('1', "Sealed memtables allowed to wait for flush before writers stall (memory bound): with the active one, two memtables at most, as RocksDB's max_write_buffer_number=2."),
+    'block_size': ("'4KiB'", 'Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.'),
+    'compression': ("'lz4'", 'Block compression: lz4 is fast enough that decompression is not the bottleneck.'),
+    'bloom_bits_per_key': ('10', 'Bloom filter bits per key; 10 gives roughly a 1-2% false-positive rate.'),
+    'sync': ('False', 'Default for the ``sync`` argument of writes: fsync the WAL before returning.'),
+    'block_cache_size': ("'64MiB'", 'Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts its block cache; the Python objects around them add roughly half again.'),
+    'target_file_size': ("'8MiB'", 'Size at which compaction cuts output tables. Small enough that one compaction step is a few seconds of Python work.'),
+    'level_base_size': ("'64MiB'", "Target size of the base level (the level L0 compacts into), as in RocksDB's max_bytes_for_level_base; deeper levels grow by ``level_multiplier``."),
+    'level_multiplier': ('10', "Target size of the base level (the level L0 compacts into), as in RocksDB's max_bytes_for_level_base; deeper levels grow by ``level_multiplier``."),
+    'num_levels': ('7', 'Number of levels including L0.'),
+    'l0_compaction_trigger': ('4', 'L0 files that trigger a compaction, and the count at which writes stall.'),
+    'l0_stop_writes_trigger': ('20', 'L0 files that trigger a compaction, and the count at which writes stall.'),
+    'background_processes': ('True', 'Run flush and compaction in worker processes (one each), keeping the GIL free for the foreground. False runs them on background threads of this process instead.'),
+    'max_key_size': ("'64KiB'", 'Limits on what a caller may store; larger keys/values raise InvalidArgumentError.'),
+    'max_value_size': ("'64MiB'", 'Limits on what a caller may store; larger keys/values raise InvalidArgumentError.'),
+    'create_if_missing': ('True', 'Create the database if the path holds none; refuse to open an existing one.'),
+    'error_if_exists': ('False', 'Create the database if the path holds none; refuse to open an existing one.'),
+    'recovery_processes': ('0', 'Worker processes replaying WAL segments at open, in parallel (each segment becomes its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory. Ignored with background_processes=False (then segments replay one at a time).'),
+    'wal_recovery': ("'strict'", 'What recovery does with a WAL segment whose last record is complete but fails its checksum. No crash of the writing process leaves that (a crash leaves a record cut short, which is always dropped), so it may be a synced, acknowledged write that was damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.'),
+    'stall_timeout': ("'60s'", 'A write blocked longer than this (memtables and L0 full because flush or compaction cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A healthy engine stalls for well under a second; a minute means something is wrong.'),
+    'object_store': ('None', 'Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``, ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``.'),
+    'object_store_options': ('{}', 'Keyword options for ``cloudtier.open_store`` (endpoint_url, region, credentials...).'),
+    'object_store_retries': ('5', 'Attempts after the first for a failed object-store request (with backoff, jitter).'),
+    'local_budget': ("'10%'", 'Bytes of tables kept on local disk: a size, or a percentage of all table bytes ("10%"). Levels that do not fit go to the object store, deepest first.'),
+    'cache_size': ("'256MiB'", 'Local persistent cache of cloud data blocks (the DataCache).'),
+    'cloud_target_file_size': ("'32MiB'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
+    'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
+    'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),
+    'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (it has the bytes), so hot keys stay cached across compactions.'),
+    'fencing_check_interval': ("'1s'", 'How often a tiered writer checks that no other writer has claimed its prefix (one GET of the epoch object; also done at every flush). A fenced writer\'s writes raise FencedError from then on; writes it acknowledged in between may be lost (see docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.'),
+}
