@@ -1,5 +1,6 @@
 """`pip install .` alone gives a working embedded engine, without the service's or the
-object stores' dependencies, and without a top-level `bench` package."""
+object stores' dependencies, and without a top-level `bench` package; the installed
+metadata carries the license (Apache-2.0, with the LICENSE file)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ present = [m for m in ("boto3", "grpc", "google", "torch", "bench")
           if importlib.util.find_spec(m) is not None]
 print("present:", present)
 assert not present, present
+from importlib.metadata import distribution
+dist = distribution("rocksmash")
+assert dist.metadata["License-Expression"] == "Apache-2.0", dist.metadata["License-Expression"]
+license_files = [f for f in dist.files if f.name == "LICENSE"]
+assert license_files and "Apache License" in license_files[0].read_text(), dist.files
 """
 
 
