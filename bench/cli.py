@@ -471,6 +471,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.footprint import main as footprint_main
 
         return footprint_main(argv[1:])
+    if argv and argv[0] == "cache-model":  # row vs block cache, modelled; its own options
+        from bench.cache_model import main as cache_model_main
+
+        return cache_model_main(argv[1:])
+    if argv and argv[0] == "profile":  # one workload under a profiler; its own options
+        from bench.profile import main as profile_main
+
+        return profile_main(argv[1:])
     if argv and argv[0] == "recovery":  # open time after a crash; its own options
         from bench.recovery import main as recovery_main
 

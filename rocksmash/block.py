@@ -41,6 +41,7 @@ __all__ = ["Block", "BlockBuilder", "encode_stored", "decode_stored", "TRAILER_S
 
 TRAILER_SIZE = 5
 _HEAD = struct.Struct("<II")
+_COUNT = struct.Struct("<I")
 _TRAILER = struct.Struct("<BI")
 _LITTLE = sys.byteorder == "little"
 # zstd contexts are not thread-safe: one pair per thread.
@@ -72,12 +73,15 @@ def _le(arr: array) -> bytes:
 _fixed: dict[tuple[int, int], tuple[bytes, struct.Struct]] = {}
 
 
-def _split(buf: bytes, base: int, offs_raw: memoryview, n: int) -> Sequence[bytes]:
+def _split(buf: bytes, base: int, offs_raw: memoryview, n: int,
+           offs: memoryview | array | None = None) -> Sequence[bytes]:
     """The ``n`` byte strings stored at ``buf[base:]`` with ``n + 1`` u32 start offsets
-    ``offs_raw``. When all have the same length (the common case for keys, and often for
-    values), one ``struct.unpack_from`` cuts them all, several times faster than slicing
-    one by one; the offsets are checked against the expected ones in one comparison."""
-    offs = _ints(offs_raw, "I")
+    ``offs_raw`` (``offs``: the same decoded, if the caller has them). When all have the
+    same length (the common case for keys, and often for values), one
+    ``struct.unpack_from`` cuts them all, several times faster than slicing one by one;
+    the offsets are checked against the expected ones in one comparison."""
+    if offs is None:
+        offs = _ints(offs_raw, "I")
     if n > 0:
         width = offs[1]
         if width and offs[n] == n * width:
@@ -96,35 +100,57 @@ def _split(buf: bytes, base: int, offs_raw: memoryview, n: int) -> Sequence[byte
 
 class Block:
     """A decoded block. ``keys`` is a sequence (list or tuple) for ``bisect``; values are
-    sliced on demand."""
+    sliced on demand; ``seqs`` is decoded on first use (a point read of a table with one
+    version per key never needs it).
 
-    __slots__ = ("keys", "seqs", "kinds", "raw", "vbase", "voffs", "voffs_raw", "charge")
+    Decoding is on every block-cache miss, so it is written for few C calls: each array
+    is one slice and one ``cast`` of a single memoryview, the key offsets are decoded
+    once, and no helper is called on little-endian machines.
+    """
+
+    __slots__ = ("keys", "_seqs", "kinds", "raw", "vbase", "voffs", "voffs_raw", "charge")
 
     def __init__(self, raw: bytes) -> None:
         try:
-            n, _ = _HEAD.unpack_from(raw, 0)
+            n = _COUNT.unpack_from(raw, 0)[0]
             view = memoryview(raw)
-            o = 8
-            self.seqs = _ints(view[o:o + 8 * n], "Q")
-            o += 8 * n
-            koffs_raw = view[o:o + 4 * (n + 1)]
-            o += 4 * (n + 1)
-            self.voffs_raw = view[o:o + 4 * (n + 1)]
-            self.voffs = _ints(self.voffs_raw, "I")
-            o += 4 * (n + 1)
-            self.kinds = raw[o:o + n]
+            o = 8 + 8 * n
+            m = 4 * (n + 1)
+            koffs_raw = view[o:o + m]
+            voffs_raw = self.voffs_raw = view[o + m:o + 2 * m]
+            koffs: memoryview | array
+            voffs: memoryview | array
+            if _LITTLE:
+                koffs = koffs_raw.cast("I")
+                voffs = voffs_raw.cast("I")
+            else:
+                koffs = _ints(koffs_raw, "I")
+                voffs = _ints(voffs_raw, "I")
+            self.voffs = voffs
+            o += 2 * m
+            kinds = self.kinds = raw[o:o + n]
             o += n
-            keys_len = _ints(koffs_raw, "I")[n]
-            self.vbase = o + keys_len
-            if self.vbase + self.voffs[n] != len(raw) or len(self.kinds) != n:
+            vbase = self.vbase = o + koffs[n]
+            if vbase + voffs[n] != len(raw) or len(kinds) != n:
                 raise CorruptionError("block: sizes do not add up")
-            self.keys = _split(raw, o, koffs_raw, n)
+            self.keys = _split(raw, o, koffs_raw, n, koffs)
         except (struct.error, ValueError, IndexError, TypeError) as e:
             raise CorruptionError(f"block: malformed ({e})") from None
+        self._seqs: memoryview | array | None = None
         self.raw = raw
         #: Bytes charged to the block cache: the uncompressed size, as RocksDB charges
         #: (the Python objects around it add roughly half again; see options.py).
         self.charge = len(raw)
+
+    @property
+    def seqs(self) -> memoryview | array:
+        """Sequence number of each entry (decoded on first use; the size checks of
+        ``__init__`` guarantee the area is there)."""
+        seqs = self._seqs
+        if seqs is None:
+            n = len(self.keys)
+            seqs = self._seqs = _ints(memoryview(self.raw)[8:8 + 8 * n], "Q")
+        return seqs
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -218,13 +244,19 @@ def encode_stored(raw: bytes, compression: str) -> bytes:
     return data + _TRAILER.pack(ctype, crc)
 
 
-def decode_stored(stored: bytes | memoryview, what: str) -> bytes:
-    """Check the trailer of ``stored`` (block + trailer) and return the raw block."""
+def decode_stored(stored: bytes | memoryview, what: Any) -> bytes:
+    """Check the trailer of ``stored`` (block + trailer) and return the raw block.
+
+    ``what`` names the block in an error; it may be any object whose ``str`` does (a
+    table formats its name only when something is wrong, not on every read)."""
     if len(stored) < TRAILER_SIZE:
         raise CorruptionError(f"{what}: block truncated")
+    if type(stored) is not memoryview:
+        stored = memoryview(stored)
     data = stored[:-TRAILER_SIZE]
     ctype, crc = _TRAILER.unpack_from(stored, len(stored) - TRAILER_SIZE)
-    if zlib.crc32(bytes((ctype,)), zlib.crc32(data)) != crc:
+    # The CRC covers the data followed by the type byte: exactly stored[:-4], one call.
+    if zlib.crc32(stored[:-4]) != crc:
         raise CorruptionError(f"{what}: block checksum mismatch")
     try:
         if ctype == 0:

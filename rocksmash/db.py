@@ -44,12 +44,13 @@ from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .recovery import replay_segments
+from .row_cache import RowCache
 from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
 from .worker import WorkerPool, shared_pool
-from .write_batch import WriteBatch, encode_batch
+from .write_batch import WriteBatch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
@@ -176,7 +177,12 @@ class DB:
         self._sync_lock = threading.Lock()
         #: Held by whoever runs a compaction (the compaction thread or compact_range).
         self._compaction_mutex = threading.Lock()
-        self._cache = BlockCache(opts.block_cache_size)
+        # One cache budget, split: the row cache's share, and the block cache the rest.
+        row_bytes = opts.row_cache_bytes()
+        self._cache = BlockCache(opts.block_cache_size - row_bytes)
+        self._row_cache = RowCache(row_bytes) if row_bytes else None
+        #: The row cache's dict (None without one), read on every get without a lock.
+        self._rows = self._row_cache.rows if self._row_cache is not None else None
         #: Live snapshots: sequence number -> how many snapshots hold it.
         self._snapshots: dict[int, int] = {}
         #: Snapshots released by the garbage collector, applied under the lock later
@@ -449,6 +455,9 @@ class DB:
                 raise self._wal_failed(wal, e) from e
             self._mem.put(key, seq, value, self._keep_upto)
             self._seq = seq
+            rows = self._rows
+            if rows and key in rows:
+                self._row_cache.update(key, value)  # type: ignore[union-attr]
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
@@ -464,14 +473,16 @@ class DB:
         ops = list(batch.ops)
         if not ops:
             return
-        for i, (key, value) in enumerate(ops):
-            if type(key) is not bytes or (value is not None and type(value) is not bytes):
-                # ``ops`` is a public list: whatever a caller appended is converted here.
-                key = as_bytes(key, "key")
-                value = None if value is None else as_bytes(value, "value")
-                ops[i] = (key, value)
-            if len(key) > self._max_key or (value is not None and len(value) > self._max_value):
-                self._check_sizes(key, value or b"")
+        if not ops_within(ops, self._max_key, self._max_value):
+            for i, (key, value) in enumerate(ops):  # convert, or find the offending one
+                if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                    # ``ops`` is a public list: whatever a caller appended is converted here.
+                    key = as_bytes(key, "key")
+                    value = None if value is None else as_bytes(value, "value")
+                    ops[i] = (key, value)
+                if len(key) > self._max_key or (value is not None
+                                                and len(value) > self._max_value):
+                    self._check_sizes(key, value or b"")
         with self._lock:
             if self._stall or self._closed or self._mem.size >= self._memtable_size:
                 self._make_room()
@@ -483,6 +494,8 @@ class DB:
                 raise self._wal_failed(wal, e) from e
             self._mem.put_batch(ops, seq, self._keep_upto)
             self._seq = seq + len(ops) - 1
+            if self._rows:
+                self._row_cache.update_batch(ops)  # type: ignore[union-attr]
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
 
@@ -611,15 +624,29 @@ class DB:
             key = as_bytes(key, "key")
         if self._closed:
             raise self._closed_error()
+        rows = self._rows
         if snapshot is None:
+            if rows is not None:
+                # The row cache holds current values only: snapshot reads bypass it.
+                value = rows.get(key, MISSING)
+                if value is not MISSING:
+                    try:
+                        rows.move_to_end(key)
+                    except KeyError:
+                        pass  # evicted meanwhile; the value read is still current
+                    self._row_cache.hits += 1  # type: ignore[union-attr]
+                    return default if value is None else value  # type: ignore[return-value]
             seq = self._seq
         else:
             if snapshot._closed or snapshot._db is not self:
                 raise ClosedError("snapshot is closed or belongs to another database")
             seq = snapshot.seq
+            rows = None
         e = self._mem.entries.get(key)
         if e is None:
             value = self._get_below(key, seq)
+            if rows is not None:
+                self._fill_row(key, value, seq)
         elif e[0] <= seq:
             value = e[1]
         elif snapshot is None:
@@ -634,6 +661,18 @@ class DB:
             e = self._mem.visible(key, seq)
             value = self._get_below(key, seq) if e is None else e[1]
         return default if value is None else value
+
+    def _fill_row(self, key: bytes, value: bytes | None, seq: int) -> None:
+        """Remember a value read at ``seq`` in the row cache (see row_cache.py for why
+        under the write lock). Skipped when a writer holds the lock: never wait for one."""
+        rc = self._row_cache
+        rc.misses += 1  # type: ignore[union-attr]
+        lock = self._lock
+        if lock.acquire(blocking=False):
+            try:
+                rc.fill(key, value, seq, self._seq)  # type: ignore[union-attr]
+            finally:
+                lock.release()
 
     def _get_below(self, key: bytes, seq: int) -> bytes | None:
         """Look ``key`` up below the active memtable: sealed memtables, then tables.
@@ -715,10 +754,7 @@ class DB:
         """Put every ``(key, value)`` of a mapping or an iterable of pairs, atomically
         (one write batch)."""
         pairs = other.items() if hasattr(other, "items") else other
-        batch = WriteBatch()
-        for key, value in pairs:
-            batch.put(key, value)
-        self.write(batch, sync)
+        self.write(WriteBatch().put_many(pairs), sync)
 
     def pop(self, key: BytesLike, *default: bytes | None) -> bytes | None:
         """Delete ``key`` and return its value; ``default`` if absent (KeyError without
@@ -1303,6 +1339,8 @@ class DB:
                 "table_bytes": sum(f.size for _, f in v.files()),
                 "block_cache": {"capacity": self._cache.capacity, "used": self._cache.used,
                                 "hits": self._cache.hits, "misses": self._cache.misses},
+                "row_cache": (self._row_cache.stats() if self._row_cache is not None else
+                              {"capacity": 0, "used": 0, "rows": 0, "hits": 0, "misses": 0}),
                 "background_error": repr(self._bg_error) if self._bg_error else None,
             })
             if self._cloud is not None:

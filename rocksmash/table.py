@@ -82,6 +82,20 @@ def read_table_meta(file: RandomAccessFile, name: str) -> TableMeta:
     return TableMeta(index.keys, offsets, sizes, filter_data, props, f_off)
 
 
+class _BlockName:
+    """Names a block in an error message, formatted only if there is one (a block-cache
+    miss is hot: an f-string per read would cost more than the lz4 call)."""
+
+    __slots__ = ("table", "index")
+
+    def __init__(self, table: str, index: int) -> None:
+        self.table = table
+        self.index = index
+
+    def __str__(self) -> str:
+        return f"{self.table} block {self.index}"
+
+
 class Table:
     """An open table. Thread-safe for reads; ``file`` is owned (closed with the table).
 
@@ -145,10 +159,10 @@ class Table:
         cache has spare room, so cold data warms up a window at a time. The neighbours
         also go into the block cache, decoded (a few microseconds each, against a
         request of milliseconds)."""
-        what = f"{self.name} block {i}"
+        what = _BlockName(self.name, i)
         dc = self.data_cache
         if dc is None:
-            return Block(decode_stored(memoryview(self._fetch(i)), what))
+            return Block(decode_stored(self._fetch(i), what))
         stored = dc.get(self.number, i, verify_data=False)  # the block has its own CRC
         if stored is not None:
             try:
@@ -297,7 +311,7 @@ class Table:
             for b in range(i, j):
                 off = self.offsets[b] - start
                 blk = Block(decode_stored(view[off:off + self.sizes[b] + TRAILER_SIZE],
-                                          f"{self.name} block {b}"))
+                                          _BlockName(self.name, b)))
                 seqs = blk.seqs
                 values = blk.values(0, len(blk.keys))
                 for k, key in enumerate(blk.keys):

@@ -15,14 +15,15 @@ Do not change this layout; see docs/format.md.
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from itertools import chain, repeat
+from typing import Iterable, Iterator, Sequence
 
 from .errors import CorruptionError
 from .formats import KIND_DELETE, KIND_PUT
 from .keys import BytesLike, as_bytes
 
 __all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "encode_batch", "encode_put",
-           "decode_batch"]
+           "decode_batch", "ops_within"]
 
 
 _HEAD = struct.Struct("<QI")
@@ -54,6 +55,19 @@ class WriteBatch:
         self.ops.append((key, value))
         return self
 
+    def put_many(self, pairs: Iterable[tuple[BytesLike, BytesLike]]) -> "WriteBatch":
+        """:meth:`put` of every ``(key, value)`` pair, in order, with the type check done
+        in C for the whole lot when all are ``bytes`` (a load's batch of 1,000 then costs
+        a fraction of 1,000 :meth:`put` calls). On a bad pair nothing is added."""
+        new = [(k, v) for k, v in pairs]
+        if new:
+            keys, values = zip(*new)
+            if set(map(type, keys)) != _BYTES or set(map(type, values)) != _BYTES:
+                new = [(k if type(k) is bytes else as_bytes(k, "key"),
+                        v if type(v) is bytes else as_bytes(v, "value")) for k, v in new]
+            self.ops += new  # type: ignore[arg-type]
+        return self
+
     def delete(self, key: BytesLike) -> "WriteBatch":
         if type(key) is not bytes:
             key = as_bytes(key, "key")
@@ -78,7 +92,45 @@ def encode_put(seq: int, key: bytes, value: bytes) -> bytes:
     return b"".join((_PUT1.pack(seq, 1, KIND_PUT, len(key)), key, _U32.pack(len(value)), value))
 
 
-def encode_batch(seq: int, ops: list[tuple[bytes, bytes | None]]) -> bytes:
+_BYTES = {bytes}
+_BYTES_OR_NONE = {bytes, type(None)}
+#: struct.Struct per batch shape (count, key length, value length), for encode_batch.
+_SHAPES: dict[tuple[int, int, int], struct.Struct] = {}
+
+
+def ops_within(ops: Sequence[tuple[bytes, bytes | None]], max_key: int, max_value: int
+               ) -> bool:
+    """True if every key is ``bytes`` of at most ``max_key`` bytes and every value is
+    ``bytes`` (at most ``max_value``) or None: the whole check in a few C calls. On False
+    the caller looks for the offending operation one by one, for its exact error."""
+    if not ops:
+        return True
+    keys, values = zip(*ops)
+    return (set(map(type, keys)) == _BYTES and set(map(type, values)) <= _BYTES_OR_NONE
+            and max(map(len, keys)) <= max_key
+            and max(map(len, filter(None, values)), default=0) <= max_value)
+
+
+def encode_batch(seq: int, ops: Sequence[tuple[bytes, bytes | None]]) -> bytes:
+    """The payload of a batch (layout above).
+
+    Fast path: a batch of puts whose keys all have one length and values another (a
+    load's batches, fixed-size records) is packed by one ``struct.Struct`` call for the
+    whole batch, several times faster than packing operation by operation."""
+    n = len(ops)
+    if n > 1:
+        keys, values = zip(*ops)
+        if (None not in values and len(set(map(len, keys))) == 1
+                and len(set(map(len, values))) == 1):
+            kl, vl = len(keys[0]), len(values[0] or b"")
+            shape = _SHAPES.get((n, kl, vl))
+            if shape is None:
+                if len(_SHAPES) >= 8:  # bounded: each holds a code per field
+                    _SHAPES.clear()
+                shape = _SHAPES[(n, kl, vl)] = struct.Struct(
+                    "<QI" + f"BI{kl}sI{vl}s" * n)
+            return shape.pack(seq, n, *chain.from_iterable(
+                zip(repeat(KIND_PUT), repeat(kl), keys, repeat(vl), values)))
     parts = [_HEAD.pack(seq, len(ops))]
     for key, value in ops:
         if value is None:

@@ -154,6 +154,25 @@ TestModelProcesses = DBModelProcesses.TestCase
 TestModelProcesses.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
 
 
+class DBModelRowCache(DBModel):
+    """With a row cache (half of the 64 KiB cache budget, so it evicts): a cached row that
+    a put, delete or batch failed to replace would be read back stale, and ``get`` after a
+    write is the commonest step of these programs."""
+
+    options = dict(SMALL, background_processes=False, row_cache_size="50%")
+
+    @rule(k=KEYS, v=VALUES)
+    def read_write_read(self, k, v):
+        assert self.db.get(k) == self.model.get(k)  # fills the row
+        self.db.put(k, v)
+        self.model[k] = v
+        assert self.db.get(k) == v
+
+
+TestModelRowCache = DBModelRowCache.TestCase
+TestModelRowCache.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
+
+
 class DBModelCloud(DBModel):
     """With a cloud tier and no local budget: every level below L0 is in the object store."""
 
