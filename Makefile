@@ -5,12 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-training test test-fast lint venv clean open-options
+.PHONY: demo demo-training test test-fast lint docs venv clean open-options
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench,training,lint]'
+	$(PY) -m pip install -q -e '.[test,bench,training,lint,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -37,6 +37,15 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The API reference of the engine, from its docstrings, into build/api/ (open
+# build/api/index.html). Warnings are errors: the build must stay warning-free.
+API_MODULES := rocksmash rocksmash.db rocksmash.iterator rocksmash.write_batch rocksmash.keys \
+	rocksmash.options rocksmash.open_options rocksmash.errors
+docs: $(STAMP)
+	rm -rf build/api
+	$(PY) -W error -m pdoc --docformat restructuredtext -o build/api $(API_MODULES)
+	@echo "API reference: build/api/index.html; the user guide: docs/guide.md"
 
 # rocksmash/open_options.py (the typed keywords of rocksmash.open) from rocksmash/options.py;
 # run after adding or changing an option (a test fails until it is current).
