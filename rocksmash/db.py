@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator
 
 from . import filenames
 from .block_cache import BlockCache
+from .checkpoint import make_checkpoint
 from .bloom import key_hash
 from .cloud import CloudTier
 from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
@@ -1319,6 +1320,13 @@ class DB:
         with self._lock:
             self._compaction_wanted = True
             self._cv.notify_all()
+
+    def checkpoint(self, dest: str | os.PathLike[str]) -> None:
+        """Write a consistent copy of this database to the new directory ``dest``, which
+        opens as a database of its own: every write acknowledged before the call is in
+        it. Tables are hard-linked (copied across file systems), so it is quick and takes
+        little space. Local databases only for now. See :mod:`rocksmash.checkpoint`."""
+        make_checkpoint(self, os.fspath(dest))
 
     def stats(self) -> dict[str, Any]:
         """Counters and the shape of the tree, as plain data."""
