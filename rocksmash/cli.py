@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import rocksmash
@@ -85,12 +86,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="flush and compact everything into the last level")
     sub.add_parser("check", parents=[common],
                    help="read every record, verifying every checksum")
+    sub.add_parser("restore", parents=[common],
+                   help="rebuild a lost local directory from the object store (PATH must "
+                   "not hold a database; needs --object-store)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    opts: dict[str, Any] = {"create_if_missing": args.cmd == "put"}
+    opts: dict[str, Any] = {"create_if_missing": args.cmd in ("put", "restore")}
     if args.object_store:
         opts.update(object_store=args.object_store,
                     object_store_options=dict(args.object_store_option))
@@ -102,8 +106,50 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _restore(args: argparse.Namespace, opts: dict[str, Any]) -> int:
+    """``rocksmash restore``: open PATH empty against the bucket, with progress."""
+    from .cloud import CloudTier
+    from .db import DB
+    from .options import Options
+
+    if not args.object_store:
+        print("rocksmash: restore needs --object-store", file=sys.stderr)
+        return 2
+    cloud = CloudTier(args.object_store, opts["object_store_options"], 5)
+    try:
+        if cloud.load_mirror() is None:
+            print(f"rocksmash: no database in {args.object_store}", file=sys.stderr)
+            return 3
+    finally:
+        cloud.close()
+    tty = sys.stderr.isatty()
+
+    def progress(what: str, done: int, total: int) -> None:
+        if tty:
+            print(f"\rfetching {what}: {done}/{total}", end="\n" if done == total else "",
+                  file=sys.stderr, flush=True)
+        elif done == total:
+            print(f"fetched {what}: {total}", file=sys.stderr)
+
+    started = time.monotonic()
+    db = DB(args.path, Options.from_kwargs(**opts, error_if_exists=True), progress=progress)
+    try:
+        s = db.stats()
+    finally:
+        db.close()
+    tables = sum(lv["files"] for lv in s["levels"])
+    print(f"restored {args.path}: {tables} tables ({s['cloud']['cloud_tables']} in the object "
+          f"store, {s.get('restored_table_bytes', 0)} bytes of local tables downloaded), "
+          f"{s.get('restored_wal_segments', 0)} WAL segments "
+          f"({s.get('restored_wal_bytes', 0)} bytes) replayed, last sequence {s['sequence']}, "
+          f"in {time.monotonic() - started:.2f} s")
+    return 0
+
+
 def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     try:
+        if args.cmd == "restore":
+            return _restore(args, opts)
         with rocksmash.open(args.path, **opts) as db:
             if args.cmd == "stats":
                 print(json.dumps(db.stats(), indent=2))

@@ -6,7 +6,9 @@ Object layout under the database's store prefix (all written by this module)::
                                {"format_version", "epoch": E, "owner", "claimed", "db_id"}
     manifests/<G, 20 digits>   the mirror, generation G: one log_format record of JSON
                                (the cloud part of the version, below)
-    tables/<n>-e<E>.sst        one table, written once by the writer of epoch E
+    tables/<n>-e<E>.sst        one table, written once by the writer of epoch E: a cloud
+                               level's table, or the backup of a local one
+    wal/<N, 20 digits>         shipped WAL records, or a writer's fence (wal_shipping.py)
 
 Every epoch and mirror object is created once, with If-None-Match (create only if absent),
 and never overwritten. Correctness rests only on that being atomic, which AWS S3, MinIO
@@ -27,8 +29,9 @@ in their key, so even a writer that has not noticed yet cannot overwrite the new
 tables, and a writer deletes retired objects only after its own publish succeeded.
 
 The mirror holds what reopening from the bucket needs: every cloud table (level, number,
-size, key range, sequence range, epoch), the last sequence number, the next file number,
-and its ``generation``. The local manifest records the writer's epoch (a directory left
+size, key range, sequence range, epoch), with WAL shipping on the backup of every local
+table too, the segment from which on the WAL objects are needed (``log_number``), the
+last sequence number, the next file number, and its ``generation``. The local manifest records the writer's epoch (a directory left
 behind by a writer that was since replaced is detected: the mirror's epoch is newer) and
 the generation of each cloud-touching edit (a mirror newer than the local manifest means a
 manifest record was lost). Old generations are deleted as new ones are published, keeping
@@ -44,6 +47,8 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import cloudtier
@@ -51,14 +56,15 @@ from cloudtier import NotFoundError, ObjectStore, PreconditionFailedError, Store
 
 from .errors import (CorruptionError, FencedError, InvalidArgumentError, NewerFormatError,
                      ObjectStoreError, UnavailableError)
-from .formats import CLOUD_OBJECT_FORMAT
+from .formats import CLOUD_OBJECT_FORMAT, MIRROR_FORMAT, WAL_OBJECT_FORMAT
 from .log_format import CLEAN, encode_record, read_records
-from .version import CLOUD, FileMeta
+from .version import CLOUD, LOCAL, FileMeta
 
-__all__ = ["CloudFile", "CloudTier", "store_errors"]
+__all__ = ["CloudFile", "CloudTier", "WalObject", "store_errors"]
 
 EPOCHS = "epochs/"
 MIRRORS = "manifests/"
+WALS = "wal/"
 #: Mirror generations kept besides the newest (a reader that listed just before a publish
 #: can still fetch what it listed).
 KEEP_MIRRORS = 4
@@ -70,8 +76,10 @@ def epoch_key(epoch: int) -> str:
 
 def mirror_key(generation: int) -> str:
     return f"{MIRRORS}{generation:020d}"
-#: Format of the epoch and mirror objects (formats.py).
-MIRROR_FORMAT = CLOUD_OBJECT_FORMAT
+
+
+def wal_key(number: int) -> str:
+    return f"{WALS}{number:020d}"
 
 
 def store_errors(what: str, e: StoreError) -> Exception:
@@ -93,23 +101,83 @@ def encode_object(doc: dict[str, Any]) -> bytes:
     return encode_record(json.dumps(doc, separators=(",", ":")).encode())
 
 
-def decode_object(data: bytes, what: str) -> dict[str, Any]:
+def decode_object(data: bytes, what: str, formats: tuple[int, ...] = (CLOUD_OBJECT_FORMAT,)
+                  ) -> dict[str, Any]:
     """Parse an epoch or mirror object; CorruptionError unless it is exactly one valid
-    record holding a JSON object of a known format."""
+    record holding a JSON object of one of ``formats``."""
     records, end, tail = read_records(data, name=what)
     if tail != CLEAN or len(records) != 1:
         raise CorruptionError(f"object store: {what} object is damaged (checksum)")
+    return _decode_doc(records[0], what, formats)
+
+
+def _decode_doc(payload: bytes, what: str, formats: tuple[int, ...]) -> dict[str, Any]:
     try:
-        doc = json.loads(records[0])
+        doc = json.loads(payload)
         fmt = doc["format_version"]
     except (ValueError, KeyError, TypeError) as e:
         raise CorruptionError(f"object store: malformed {what} object ({e})") from e
-    if type(fmt) is not int or fmt > MIRROR_FORMAT:
+    if type(fmt) is not int or fmt > max(formats):
         raise NewerFormatError(f"object store: {what} object format {fmt!r} is newer than "
-                               f"this rocksmash supports ({MIRROR_FORMAT}); upgrade rocksmash")
-    if fmt != MIRROR_FORMAT:
+                               f"this rocksmash supports ({max(formats)}); upgrade rocksmash")
+    if fmt not in formats:
         raise CorruptionError(f"object store: {what} object has unknown format {fmt!r}")
     return doc
+
+
+#: Mirror formats this code reads (it writes the newest).
+MIRROR_FORMATS = (CLOUD_OBJECT_FORMAT, MIRROR_FORMAT)
+
+
+@dataclass(frozen=True)
+class WalObject:
+    """One ``wal/<number>`` object: shipped records of one local WAL segment, or a fence.
+
+    Layout: one log_format record holding the JSON header, then the segment's records
+    ``[offset, end)`` exactly as they are in the local segment file (log_format records
+    of write batches). The header: ``format_version``, ``kind`` (``"records"`` or
+    ``"fence"``), ``db_id``, ``epoch``, and for records ``segment``, ``table`` and
+    ``first_seq`` (the segment header's fields), ``offset`` and ``end`` (byte range in
+    the segment).
+    """
+
+    number: int
+    header: dict[str, Any]
+    records: bytes
+
+    @property
+    def kind(self) -> str:
+        return str(self.header["kind"])
+
+    @property
+    def segment(self) -> int:
+        return int(self.header.get("segment", 0))
+
+    def encode(self) -> bytes:
+        return encode_record(json.dumps(self.header, separators=(",", ":")).encode()) + self.records
+
+    @classmethod
+    def decode(cls, number: int, data: bytes) -> "WalObject":
+        what = f"WAL object {number}"
+        records, end, tail = read_records(data, name=what)
+        if tail != CLEAN or not records:
+            raise CorruptionError(f"object store: {what} is damaged (checksum)")
+        header = _decode_doc(records[0], what, (WAL_OBJECT_FORMAT,))
+        body = data[8 + len(records[0]):]
+        try:
+            kind = header["kind"]
+            if kind == "records":
+                for name in ("segment", "table", "first_seq", "offset", "end"):
+                    if type(header[name]) is not int:
+                        raise TypeError(f"{name} is not an integer")
+                if header["end"] - header["offset"] != len(body):
+                    raise ValueError(f"holds {len(body)} bytes of records, its header says "
+                                     f"{header['end'] - header['offset']}")
+            elif kind != "fence":
+                raise ValueError(f"unknown kind {kind!r}")
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptionError(f"object store: malformed {what} ({e})") from e
+        return cls(number, header, body)
 
 
 class CloudFile:
@@ -169,6 +237,10 @@ class CloudTier:
         #: The database's identity, once claim_epoch has run.
         self.db_id: str | None = None
         self.generation = 0
+        #: The number the next shipped WAL object gets (set by claim_wal_fence).
+        self.wal_next = 0
+        #: Every writer's WAL fence (kept in the mirror; fences are never deleted).
+        self.wal_fences: set[int] = set()
         self._unknown_body: bytes | None = None
         self._lock = threading.Lock()
         self._worker_traffic: dict[str, Any] = {"requests": {}, "bytes_in": 0, "bytes_out": 0}
@@ -216,8 +288,9 @@ class CloudTier:
                 raise CorruptionError(f"object store: unexpected object {info.key!r}") from None
         return latest
 
-    def _read(self, key: str, what: str) -> dict[str, Any]:
-        doc = decode_object(self.store.get(key), what)
+    def _read(self, key: str, what: str, formats: tuple[int, ...] = (CLOUD_OBJECT_FORMAT,)
+              ) -> dict[str, Any]:
+        doc = decode_object(self.store.get(key), what, formats)
         try:
             int(doc["epoch"])
         except (KeyError, TypeError, ValueError) as e:
@@ -240,7 +313,7 @@ class CloudTier:
                 raise InvalidArgumentError(
                     f"the object store prefix holds another database (id {bucket_id}) than "
                     f"this directory (id {db_id}); check object_store=")
-            body = encode_object({"format_version": MIRROR_FORMAT, "epoch": current + 1,
+            body = encode_object({"format_version": CLOUD_OBJECT_FORMAT, "epoch": current + 1,
                                   "owner": f"{socket.gethostname()}:{os.getpid()}",
                                   "claimed": time.time(), "db_id": db_id or bucket_id})
             self.store.put(epoch_key(current + 1), body, if_none_match=True)
@@ -275,7 +348,7 @@ class CloudTier:
             gen = self._latest(MIRRORS)
             if not gen:
                 return None
-            mirror = self._read(mirror_key(gen), "manifest mirror")
+            mirror = self._read(mirror_key(gen), "manifest mirror", MIRROR_FORMATS)
         except NotFoundError:  # deleted between the listing and the read: a newer one exists
             return self.load_mirror()
         except StoreError as e:
@@ -283,7 +356,8 @@ class CloudTier:
         try:
             if int(mirror["generation"]) != gen:
                 raise ValueError(f"generation {mirror['generation']} in object {gen}")
-            int(mirror["last_seq"]), int(mirror["next_file"])
+            int(mirror["last_seq"]), int(mirror["next_file"]), int(mirror.get("log_number") or 0)
+            self.wal_fences.update(int(n) for n in mirror.get("wal_fences", ()))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptionError(f"object store: malformed manifest mirror ({e})") from e
         if self.db_id is not None and mirror.get("db_id") not in (None, self.db_id):
@@ -294,8 +368,11 @@ class CloudTier:
         return mirror
 
     def publish_mirror(self, files: list[tuple[int, FileMeta]], *, num_levels: int,
-                       last_seq: int, next_file: int) -> int:
-        """Create the next mirror generation; return it.
+                       last_seq: int, next_file: int, log_number: int | None) -> int:
+        """Create the next mirror generation; return it. ``files`` are cloud tables and
+        backed-up local ones (each with the epoch of its object), ``log_number`` the
+        oldest WAL segment whose writes are in none of them (None: no WAL shipping, the
+        local levels are not in the bucket).
 
         A create, so a writer that lost the prefix gets FencedError instead of replacing
         the new writer's mirror: its generation already exists, written by a newer epoch
@@ -312,9 +389,10 @@ class CloudTier:
             body = encode_object({
                 "format_version": MIRROR_FORMAT, "generation": gen, "epoch": self.epoch,
                 "db_id": self.db_id, "num_levels": num_levels, "last_seq": last_seq,
-                "next_file": next_file,
+                "next_file": next_file, "log_number": log_number,
+                "wal_fences": sorted(self.wal_fences),
                 "files": [[lvl, f.number, f.size, f.smallest.hex(), f.largest.hex(),
-                           f.min_seq, f.max_seq, f.epoch] for lvl, f in files],
+                           f.min_seq, f.max_seq, f.epoch, f.tier] for lvl, f in files],
             })
             try:
                 self.store.put(mirror_key(gen), body, if_none_match=True)
@@ -337,7 +415,7 @@ class CloudTier:
     def _lost_publish(self, gen: int) -> FencedError:
         """The error for a mirror generation that someone else created first."""
         try:
-            epoch = int(self._read(mirror_key(gen), "manifest mirror")["epoch"])
+            epoch = int(self._read(mirror_key(gen), "manifest mirror", MIRROR_FORMATS)["epoch"])
         except (StoreError, CorruptionError):
             epoch = -1
         who = (f"a writer with epoch {epoch}" if epoch > self.epoch
@@ -368,13 +446,126 @@ class CloudTier:
 
     @staticmethod
     def mirror_files(mirror: dict[str, Any]) -> list[tuple[int, FileMeta]]:
+        """The mirror's tables; a local table's backup has tier LOCAL (its object is at
+        the same key a cloud table's would be)."""
         try:
-            return [(int(a[0]), FileMeta(int(a[1]), int(a[2]), bytes.fromhex(a[3]),
-                                         bytes.fromhex(a[4]), int(a[5]), int(a[6]), None,
-                                         CLOUD, int(a[7])))
-                    for a in mirror["files"]]
+            files = [(int(a[0]), FileMeta(int(a[1]), int(a[2]), bytes.fromhex(a[3]),
+                                          bytes.fromhex(a[4]), int(a[5]), int(a[6]), None,
+                                          int(a[8]) if len(a) > 8 else CLOUD, int(a[7])))
+                     for a in mirror["files"]]
+            if any(f.tier not in (LOCAL, CLOUD) for _, f in files):
+                raise ValueError("unknown tier")
+            return files
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise CorruptionError(f"object store: malformed manifest mirror ({e})") from e
+
+    # ------------------------------------------------------------ WAL objects
+
+    def wal_numbers(self) -> list[int]:
+        """The numbers of every ``wal/`` object, ascending."""
+        try:
+            out = []
+            for info in self.store.list(WALS):
+                try:
+                    out.append(int(info.key[len(WALS):]))
+                except ValueError:
+                    raise CorruptionError(
+                        f"object store: unexpected object {info.key!r}") from None
+            return sorted(out)
+        except StoreError as e:
+            raise store_errors("listing WAL objects", e) from e
+
+    def read_wal(self, number: int) -> WalObject:
+        try:
+            return WalObject.decode(number, self.store.get(wal_key(number)))
+        except StoreError as e:
+            raise store_errors(f"reading WAL object {number}", e) from e
+
+    def claim_wal_fence(self) -> int:
+        """Create the next ``wal/`` number as this writer's fence (after claim_epoch).
+
+        A writer ships to consecutive numbers, so an older writer's next shipment is
+        exactly this number: its create fails, and it raises FencedError before it
+        acknowledges anything more (SlateDB's WAL fencing). Fences are never deleted
+        (a paused old writer may try its number much later). Every number below the
+        fence is final once it exists. Returns the fence's number.
+        """
+        header = {"format_version": WAL_OBJECT_FORMAT, "kind": "fence", "db_id": self.db_id,
+                  "epoch": self.epoch}
+        for _ in range(8):
+            n = (self.wal_numbers() or [0])[-1] + 1
+            body = WalObject(n, header, b"").encode()
+            try:
+                self.store.put(wal_key(n), body, if_none_match=True)
+            except PreconditionFailedError:
+                continue  # the old writer shipped n meanwhile: fence after it
+            except StoreError as e:
+                raise store_errors("claiming the WAL fence", e) from e
+            self.wal_next = n + 1
+            self.wal_fences.add(n)
+            return n
+        err = FencedError("WAL objects keep appearing after this writer's fence (another "
+                          "writer is shipping); retry the open")
+        err.retry_open = True  # type: ignore[attr-defined]
+        raise err
+
+    def ship_wal(self, header: dict[str, Any], records: bytes) -> int:
+        """Create the next ``wal/`` object with ``records``; return its number.
+
+        FencedError if a newer writer's fence holds that number. A failed PUT may have
+        landed anyway: retrying the same call finds its own bytes there and succeeds.
+        """
+        n = self.wal_next
+        doc = dict(header, format_version=WAL_OBJECT_FORMAT, kind="records",
+                   db_id=self.db_id, epoch=self.epoch)
+        body = WalObject(n, doc, records).encode()
+        try:
+            self.store.put(wal_key(n), body, if_none_match=True)
+        except PreconditionFailedError:
+            try:
+                theirs = self.store.get(wal_key(n))
+            except NotFoundError:
+                theirs = None
+            except StoreError as e:
+                raise store_errors(f"reading back WAL object {n}", e) from e
+            if theirs != body:
+                raise FencedError(
+                    f"another writer has taken over this object-store prefix (it holds WAL "
+                    f"object {n}, this writer's next; this writer's epoch is {self.epoch}); "
+                    f"this database is now read-only") from None
+        except StoreError as e:
+            raise store_errors(f"shipping WAL object {n}", e) from e
+        self.wal_next = n + 1
+        return n
+
+    def delete_wal(self, numbers: list[int]) -> list[int]:
+        """Delete WAL data objects (best effort, several at once: a delete costs a round
+        trip); return the numbers deleted."""
+        def one(n: int) -> int | None:
+            try:
+                self.store.delete(wal_key(n))
+            except StoreError:
+                return None
+            return n
+
+        if len(numbers) <= 1:
+            return [n for n in map(one, numbers) if n is not None]
+        with ThreadPoolExecutor(8, thread_name_prefix="rocksmash-wal-delete") as ex:
+            return [n for n in ex.map(one, numbers) if n is not None]
+
+    def download(self, key: str, path: str) -> int:
+        """Copy object ``key`` to the new file ``path`` (synced); return its size."""
+        try:
+            data = self.store.get(key)
+        except StoreError as e:
+            raise store_errors(f"downloading {key}", e) from e
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return len(data)
 
     # ------------------------------------------------------------ objects
 

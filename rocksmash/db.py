@@ -45,18 +45,27 @@ from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .recovery import replay_segments
+from .restore import Progress, download_backups, scan_wal, write_segments
 from .row_cache import RowCache
 from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter, read_segment_header
+from .wal_shipping import WalShipper
 from .worker import WorkerPool, shared_pool
 from .write_batch import WriteBatch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
+
+def _no_reader() -> None:
+    """The weak reference of an object no reader holds (a retired backup)."""
+    return None
+
 #: A manifest larger than this is rewritten as a fresh snapshot.
 _MANIFEST_ROLL_SIZE = 16 << 20
+#: How long close waits for the last WAL shipment (the local WAL keeps it anyway).
+_SHIP_AT_CLOSE_TIMEOUT = 10.0
 
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: none)."""
@@ -134,9 +143,11 @@ class DB:
     Errors are documented in :mod:`rocksmash.errors`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], options: Options) -> None:
+    def __init__(self, path: str | os.PathLike[str], options: Options, *,
+                 progress: Progress | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self.options = options
+        self._progress = progress  # reports a rebuild from the bucket (the CLI's restore)
         self._closed = True
         self._forked = False
         if os.path.exists(os.path.join(self.path, filenames.CURRENT)):
@@ -161,7 +172,8 @@ class DB:
         self._closed = False
         _open_dbs.add(self)
         loops = [("flush", self._flush_loop), ("compaction", self._compaction_loop)]
-        if self._cloud is not None:
+        if self._cloud is not None and self._shipping in ("off", "sealed"):
+            # (with "interval" and "sync", every shipment is a fencing check)
             loops.append(("fencing", self._fencing_loop))
         for name, target in loops:
             t = threading.Thread(target=target, name=f"rocksmash-{name}", daemon=True)
@@ -218,6 +230,17 @@ class DB:
         }
         self._cloud_job_opts = dict(self._job_opts, compression=opts.cloud_compression)
         self._dead_objects: list[tuple[str, int, Any]] = []
+        self._shipping = opts.wal_shipping if opts.object_store is not None else "off"
+        self._ship_sync = self._shipping == "sync"
+        self._shipper: WalShipper | None = None
+        #: Local tables with a backup object (WAL shipping on): number -> its epoch.
+        self._backups: dict[int, int] = {}
+        #: Backups of tables no longer live: (key, number), deleted after the next publish.
+        self._retired_backups: list[tuple[str, int]] = []
+        #: Local tables changed since the last publish (the compaction thread publishes).
+        self._backup_wanted = False
+        #: WAL objects of segments below this are named by no mirror any more.
+        self._wal_retire_below = 0
         self._cloud: CloudTier | None = None
         if opts.object_store is not None:
             from .data_cache import DataCache
@@ -260,8 +283,13 @@ class DB:
             bucket_id = cloud.claim_epoch(db_id)  # from here on, older writers are fenced
             db_id = db_id or bucket_id or (mirror or {}).get("db_id")
         db_id = db_id or uuid.uuid4().hex
+        wal_objects = []
         if cloud is not None:
             cloud.db_id = db_id
+            # The WAL fence: an older writer's next shipment fails from here on, and the
+            # WAL objects below the fence are final (CloudTier.claim_wal_fence).
+            fence = cloud.claim_wal_fence()
+            wal_objects = scan_wal(cloud, fence, cloud.wal_fences, self._progress)
         self.db_id = db_id
         levels: list[list[FileMeta]] = [[] for _ in range(self.options.num_levels)]
         log_number, next_file, last_seq = 0, 2, 0
@@ -276,12 +304,30 @@ class DB:
                 raise InvalidArgumentError(
                     f"{self.path} has tables in an object store; open it with object_store=")
             self._check_recoverable(state, mirror)
+            if mirror is not None:  # which local tables the bucket has backups of
+                local = {f.number: f for lvl in levels for f in lvl if f.tier == LOCAL}
+                for _, f in CloudTier.mirror_files(mirror):
+                    if f.tier == LOCAL and f.number in local and local[f.number].size == f.size:
+                        self._backups[f.number] = f.epoch
         elif mirror is not None:
-            # The local directory is gone: rebuild from the bucket. Only what had reached
-            # the cloud levels comes back (see docs/cloud.md).
-            for lvl, f in CloudTier.mirror_files(mirror):
+            # The local directory is gone: rebuild from the bucket (restore.py): the
+            # cloud tables, the local tables' backups, and the WAL objects after them.
+            assert cloud is not None
+            files = CloudTier.mirror_files(mirror)
+            started = time.monotonic()
+            self._stats["restored_table_bytes"] = download_backups(cloud, self.path, files,
+                                                                   self._progress)
+            for lvl, f in files:
                 levels[lvl].append(f)
+                if f.tier == LOCAL:
+                    self._backups[f.number] = f.epoch
             next_file, last_seq = int(mirror["next_file"]), int(mirror["last_seq"])
+            if mirror.get("log_number") is not None:
+                log_number = int(mirror["log_number"])
+                segs, nbytes = write_segments(self.path, wal_objects, log_number)
+                self._stats["restored_wal_segments"] = segs
+                self._stats["restored_wal_bytes"] = nbytes
+            self._stats["restore_download_seconds"] = time.monotonic() - started
             self._stats["restored_from_object_store"] = True
         names = os.listdir(self.path)
         for name in names:
@@ -342,8 +388,17 @@ class DB:
                                          mirror_gen=cloud.generation + 1 if cloud else 0)
         self._log_number = self._mem.segment
         if cloud is not None:
-            self._publish_mirror()  # from here on, any older writer is fenced
+            if self._shipping != "off":
+                self._shipper = WalShipper(cloud, self._shipping, self.options.wal_ship_interval,
+                                           self._fail, {o.number: o.segment for o in wal_objects})
+                self._shipper.add_segment(self._wal)
+            # Uploads the backups of the local tables (the replayed ones too), then
+            # publishes. From here on, any older writer is fenced.
+            self._publish_mirror()
+            if self._shipper is None:  # nothing in the bucket refers to WAL objects now
+                cloud.delete_wal([o.number for o in wal_objects])
             self._collect_garbage_objects()
+            self._collect_dead_objects()
         keep = {filenames.manifest_name(self._manifest.number), filenames.segment_name(
             self._mem.segment)} | {filenames.table_name(n) for n in live}
         for name in names:
@@ -461,6 +516,8 @@ class DB:
                 self._row_cache.update(key, value)  # type: ignore[union-attr]
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
+            if self._ship_sync:
+                self._shipper.wait(wal.number, end, self.options.stall_timeout)  # type: ignore[union-attr]
 
     def delete(self, key: BytesLike, sync: bool | None = None) -> None:
         """Remove ``key`` (no error if it is absent)."""
@@ -499,6 +556,8 @@ class DB:
                 self._row_cache.update_batch(ops)  # type: ignore[union-attr]
         if sync or (sync is None and self._default_sync):
             self._sync_wal(wal, end)
+            if self._ship_sync:
+                self._shipper.wait(wal.number, end, self.options.stall_timeout)  # type: ignore[union-attr]
 
     def __setitem__(self, key: BytesLike, value: BytesLike) -> None:
         self.put(key, value)
@@ -589,6 +648,14 @@ class DB:
             wal = WalWriter(self.path, seg, table, self._seq + 1)
         except OSError as e:
             raise os_error("creating a WAL segment", e) from e
+        if self._shipper is not None:
+            try:
+                self._shipper.add_segment(wal)
+            except OSError as e:
+                wal.close()
+                os.unlink(wal.path)
+                raise os_error("opening a WAL segment for shipping", e) from e
+            self._shipper.seal(self._wal)
         with self._sync_lock:
             self._old_wals.append(self._wal)
             self._wal = wal
@@ -955,6 +1022,7 @@ class DB:
                 self._stats["flushes"] += 1
                 self._stats["flush_bytes"] += info.size if info else 0
                 self._compaction_wanted = True
+                self._backup_wanted = True
                 self._update_stall()
                 self._cv.notify_all()
         with self._sync_lock:
@@ -1004,6 +1072,9 @@ class DB:
                         self._run_compaction(c)
                         del c  # let the inputs' readers go, so their objects can
                         self._collect_dead_objects()  # be deleted now
+                if self._backup_wanted and self._shipping != "off" and not self._closing:
+                    self._publish_backups()
+                    self._collect_dead_objects()
                 delay = 0.1
             except Error as e:
                 if not e.retriable:
@@ -1020,6 +1091,14 @@ class DB:
             except BaseException as e:
                 self._fail(e)
                 return
+
+    def _publish_backups(self) -> None:
+        """Publish a mirror with the local tables that flushes and local compactions made
+        since the last one (uploading their backups), so WAL objects can go."""
+        assert self._cloud is not None
+        with self._version_lock:
+            self._log_edit(VersionEdit(mirror_gen=self._cloud.generation + 1))
+            self._publish_mirror()
 
     def _check_epoch(self) -> None:
         """FencedError if another writer has claimed the prefix. An unreachable store
@@ -1115,10 +1194,13 @@ class DB:
             if f.tier == CLOUD:
                 self._retire_object(f)
             else:  # open readers keep their descriptors (POSIX)
+                self._retire_backup(f)
                 try:
                     os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
                 except FileNotFoundError:
                     pass
+        if any(f.tier == LOCAL for f in outputs):
+            self._backup_wanted = True
 
     def _merge(self, c: Compaction, to_cloud: bool,
                fills: list[tuple[int, Table, str | None]]) -> list[FileMeta]:
@@ -1172,22 +1254,64 @@ class DB:
     # ----------------------------------------------------------------- cloud tier
 
     def _publish_mirror(self) -> None:
-        """Publish the cloud files of the current version (``_version_lock`` held or
-        during open). Raises FencedError if another writer took over."""
-        assert self._cloud is not None
+        """Publish the current version (``_version_lock`` held, or during open): its cloud
+        tables and, with WAL shipping, the backups of its local tables (uploaded first
+        where missing) and the segment from which on the WAL objects are needed. Raises
+        FencedError if another writer took over.
+
+        Every mirror names a whole version, so a rebuild from any one of them is
+        consistent (docs/decisions/0006-wal-shipping-and-table-backups.md). Objects only
+        older mirrors named are deleted afterwards (``_collect_dead_objects``)."""
+        cloud = self._cloud
+        assert cloud is not None
         v = self._version
-        self._cloud.publish_mirror([(lvl, f) for lvl, f in v.files() if f.tier == CLOUD],
-                                   num_levels=v.num_levels, last_seq=self._seq,
-                                   next_file=self._next_file)
+        files = [(lvl, f) for lvl, f in v.files() if f.tier == CLOUD]
+        log_number = None
+        if self._shipping != "off":
+            files += [(lvl, self._backup(f)) for lvl, f in v.files() if f.tier == LOCAL]
+            log_number = self._log_number
+        cloud.publish_mirror(files, num_levels=v.num_levels, last_seq=self._seq,
+                             next_file=self._next_file, log_number=log_number)
+        self._backup_wanted = False
+        dead, self._retired_backups = self._retired_backups, []
+        self._dead_objects += [(key, n, _no_reader) for key, n in dead]
+        if log_number is not None:
+            self._wal_retire_below = log_number
+
+    def _backup(self, f: FileMeta) -> FileMeta:
+        """The backup of local table ``f`` (uploaded now if it has none yet)."""
+        assert self._cloud is not None
+        epoch = self._backups.get(f.number)
+        if epoch is None:
+            epoch = self._cloud.epoch
+            b = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq,
+                         None, LOCAL, epoch)
+            self._cloud.upload(os.path.join(self.path, filenames.table_name(f.number)),
+                               b.object_key)
+            self._backups[f.number] = epoch
+            self._stats["backup_uploads"] = self._stats.get("backup_uploads", 0) + 1
+            self._stats["backup_bytes"] = self._stats.get("backup_bytes", 0) + f.size
+            return b
+        return FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq,
+                        None, LOCAL, epoch)
+
+    def _retire_backup(self, f: FileMeta) -> None:
+        """``f`` left the version: its backup goes once a mirror without it is out."""
+        epoch = self._backups.pop(f.number, None)
+        if epoch is not None:
+            key = FileMeta(f.number, 0, b"", b"", 0, 0, None, LOCAL, epoch).object_key
+            self._retired_backups.append((key, f.number))
 
     def _upload_table(self, f: FileMeta) -> FileMeta:
         """Copy the local table ``f`` to the object store (a trivial move into a cloud
         level); return its cloud FileMeta with an open reader."""
         assert self._cloud is not None
+        backup = self._backups.pop(f.number, None)  # its backup already is that object
         cf = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq, None,
-                      CLOUD, self._cloud.epoch)
-        path = os.path.join(self.path, filenames.table_name(f.number))
-        self._cloud.upload(path, cf.object_key)
+                      CLOUD, self._cloud.epoch if backup is None else backup)
+        if backup is None:
+            path = os.path.join(self.path, filenames.table_name(f.number))
+            self._cloud.upload(path, cf.object_key)
         self._meta_cache.put(f.number, f.table.meta())
         cf.table = self._open_table(cf)
         return cf
@@ -1248,6 +1372,13 @@ class DB:
         self._dead_objects.append((f.object_key, f.number, weakref.ref(f.table)))
 
     def _collect_dead_objects(self, force: bool = False) -> None:
+        """Delete the objects no mirror names any more: retired tables no reader holds
+        (all of them with ``force``), and WAL objects of segments in tables."""
+        shipper, cloud = self._shipper, self._cloud
+        if shipper is not None and cloud is not None and self._wal_retire_below:
+            old = shipper.shipped_segments_below(self._wal_retire_below)
+            if old:
+                shipper.forget(cloud.delete_wal(old))
         if not self._dead_objects:
             return
         keep = []
@@ -1269,7 +1400,9 @@ class DB:
         fenced writer's). Only after this writer's first publish: from then on no older
         writer can make the mirror name them."""
         assert self._cloud is not None
-        live = {f.object_key for _, f in self._version.files() if f.tier == CLOUD}
+        live = {f.object_key for _, f in self._version.files() if f.tier == CLOUD} | {
+            FileMeta(n, 0, b"", b"", 0, 0, None, LOCAL, e).object_key
+            for n, e in self._backups.items()}
         for key in self._cloud.table_keys():
             if key not in live:
                 self._cloud.delete(key)
@@ -1367,6 +1500,9 @@ class DB:
                     "data_cache": self._data_cache.stats(),
                     "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._dead_objects),
+                    "backed_up_tables": len(self._backups),
+                    "wal_shipping": (self._shipper.stats() if self._shipper is not None
+                                     else {"mode": "off"}),
                 }
         return out
 
@@ -1388,6 +1524,8 @@ class DB:
             self._cv.notify_all()
         for t in self._threads:
             t.join()
+        if self._shipper is not None:
+            self._shipper.stop(_SHIP_AT_CLOSE_TIMEOUT)  # what is left of the WAL
         with self._lock:
             self._closed = True
         _open_dbs.discard(self)
@@ -1427,6 +1565,9 @@ class DB:
                 os.unlink(os.path.join(self.path, filenames.CURRENT))
             except OSError:
                 pass
+        shipper = getattr(self, "_shipper", None)
+        if shipper is not None:
+            shipper.stop(1.0)
         held = [*getattr(self, "_old_wals", []), getattr(self, "_wal", None),
                 getattr(self, "_manifest", None), getattr(self, "_data_cache", None),
                 getattr(self, "_cloud", None), self._file_lock]

@@ -12,7 +12,7 @@ __all__ = [
     "COMPRESSION_CODES", "KIND_DELETE", "KIND_PUT", "TIER_LOCAL", "TIER_CLOUD",
     "DB_FORMAT_VERSION", "WAL_MAGIC", "WAL_FORMAT_VERSION", "TABLE_MAGIC",
     "TABLE_FORMAT_VERSION", "META_FORMAT_VERSION", "META_FLAG_OFFSETS",
-    "DATA_CACHE_INDEX_MAGIC", "CLOUD_OBJECT_FORMAT",
+    "DATA_CACHE_INDEX_MAGIC", "CLOUD_OBJECT_FORMAT", "MIRROR_FORMAT", "WAL_OBJECT_FORMAT",
 ]
 
 #: Block compression, the first byte of every block trailer.
@@ -44,6 +44,14 @@ META_FLAG_OFFSETS = 1  # block offsets stored explicitly (blocks not contiguous)
 #: DataCache ``INDEX`` file.
 DATA_CACHE_INDEX_MAGIC = b"rmshDCI1"
 
-#: The ``epoch`` and ``manifest`` objects in the bucket.
+#: The ``epoch`` objects in the bucket (and the mirrors of format 2, still read).
 CLOUD_OBJECT_FORMAT = 2
 # 1: retired (bare JSON, no checksum, no database identity).
+
+#: The ``manifests/`` objects (the mirror): format 3 adds local tables' backups (a 9th
+#: item, the tier, in ``files``) and ``log_number`` (WAL objects from that segment on
+#: are needed). Format 2 mirrors (cloud tables only, no WAL) are still read.
+MIRROR_FORMAT = 3
+
+#: The ``wal/`` objects (shipped WAL records and writer fences).
+WAL_OBJECT_FORMAT = 1

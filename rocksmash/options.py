@@ -165,6 +165,19 @@ class Options:
     # FencedError from then on; writes it acknowledged in between may be lost (see
     # docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.
     fencing_check_interval: float = _duration(1.0)
+    # The extended WAL: how the WAL reaches the object store, so that a writer whose local
+    # disk is lost reopens from the bucket with every write the mode promises (local
+    # tables are backed up to the bucket too, except with "off"). "sync": a sync=True
+    # write returns once its record is in the bucket (one PUT covers every writer
+    # waiting). "interval": new records are shipped every wal_ship_interval (the loss
+    # window), one PUT per interval while writes come in. "sealed": a segment is shipped
+    # when its memtable fills. "off": nothing but the cloud levels is in the bucket (the
+    # local levels and the WAL are lost with the disk). With "sync" and "interval" the
+    # shipments also fence (a writer that lost the prefix fails its next one), so the
+    # fencing_check_interval check is off. See docs/cloud.md, "WAL shipping".
+    wal_shipping: str = "interval"
+    # 100 ms: SlateDB's default; one PUT per interval costs about $130 a month on S3.
+    wal_ship_interval: float = _duration(0.1)
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> "Options":
@@ -230,6 +243,11 @@ class Options:
         if not 0.05 <= self.fencing_check_interval <= 3600:
             raise InvalidArgumentError("fencing_check_interval: must be between 0.05 and "
                                        "3600 seconds")
+        if self.wal_shipping not in ("off", "sealed", "interval", "sync"):
+            raise InvalidArgumentError(f"wal_shipping: expected 'off', 'sealed', 'interval' "
+                                       f"or 'sync', got {self.wal_shipping!r}")
+        if not 0.001 <= self.wal_ship_interval <= 3600:
+            raise InvalidArgumentError("wal_ship_interval: must be between 1ms and 3600 s")
         if self.stall_timeout <= 0:
             raise InvalidArgumentError("stall_timeout: must be > 0")
         self.budget_for(0)  # validates local_budget

@@ -54,6 +54,7 @@ class WalWriter:
     def __init__(self, dirpath: str, number: int, table_number: int, first_seq: int) -> None:
         self.number = number
         self.table_number = table_number
+        self.first_seq = first_seq
         self.path = os.path.join(dirpath, segment_name(number))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
                            0o644)
@@ -80,6 +81,12 @@ class WalWriter:
         if n != len(rec):
             write_all(self._fd, memoryview(rec)[n:])
         self.offset += len(rec)
+        return self.offset
+
+    def add_raw(self, records: bytes) -> int:
+        """Append already framed records (a restore from WAL objects)."""
+        write_all(self._fd, records)
+        self.offset += len(records)
         return self.offset
 
     def add_put(self, seq: int, key: bytes, value: bytes) -> int:

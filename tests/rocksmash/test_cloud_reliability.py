@@ -15,7 +15,7 @@ import cloudtier
 import rocksmash
 from rocksmash import (CorruptionError, FencedError, InvalidArgumentError, ObjectStoreError,
                        UnavailableError)
-from rocksmash.cloud import EPOCHS, MIRRORS, decode_object, encode_object
+from rocksmash.cloud import EPOCHS, MIRROR_FORMATS, MIRRORS, decode_object, encode_object
 
 CLOUDY = dict(local_budget=0, memtable_size="16KiB", target_file_size="16KiB",
               cloud_target_file_size="32KiB", block_size=512, l0_compaction_trigger=2,
@@ -64,11 +64,13 @@ def test_fenced_writer_learns_at_its_next_flush(tmp_path, file_store):
         a.close()
 
 
-def test_fenced_writer_stops_within_the_check_interval(tmp_path, file_store):
+@pytest.mark.parametrize("shipping", ["off", "sealed"])
+def test_fenced_writer_stops_within_the_check_interval(tmp_path, file_store, shipping):
     """Before the fix: 14,620 sync puts and a flush acknowledged for over 20 s after the
-    takeover, all lost. Now writes raise FencedError within about one interval."""
+    takeover, all lost. Now writes raise FencedError within about one interval (without
+    shipping every interval, the periodic epoch check fences)."""
     a = rocksmash.open(tmp_path / "a", object_store=file_store, fencing_check_interval=0.2,
-                       background_processes=False)
+                       background_processes=False, wal_shipping=shipping)
     try:
         load(a, 50)
         b = rocksmash.open(tmp_path / "b", object_store=file_store, background_processes=False)
@@ -218,7 +220,7 @@ def test_tampered_mirror_is_detected(tmp_path, file_store):
     store = cloudtier.open_store(file_store)
     key = newest(store, MIRRORS)
     data = store.get(key)
-    doc = decode_object(data, "mirror")
+    doc = decode_object(data, "mirror", MIRROR_FORMATS)
     i = data.index(doc["files"][0][4].encode()) + 10  # inside a largest key's hex
     tampered = data[:i] + (b"0" if data[i:i + 1] != b"0" else b"1") + data[i + 1:]
     store.put(key, tampered)
@@ -237,7 +239,9 @@ def test_truncated_table_object_is_corruption(tmp_path, file_store):
         load(db, 3000)
         db.compact_range()
     store = cloudtier.open_store(file_store)
-    key = next(info.key for info in store.list("tables/"))
+    mirror = decode_object(store.get(newest(store, MIRRORS)), "mirror", MIRROR_FORMATS)
+    f = mirror["files"][0]
+    key = f"tables/{f[1]:06d}-e{f[7]}.sst"  # a table the mirror names
     store.put(key, store.get(key)[:-30])
     with pytest.raises(CorruptionError):
         db = rocksmash.open(tmp_path / "b", **CLOUDY, object_store=file_store)
