@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,s3-latency,failover} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -483,6 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.recovery import main as recovery_main
 
         return recovery_main(argv[1:])
+    if argv and argv[0] == "shipping":  # WAL shipping's cost; the rebuild from the bucket
+        from bench.shipping import main as shipping_main
+
+        return shipping_main(argv[1:])
     if argv and argv[0] == "checkpoint":  # the DCP checkpoint store; its own options
         from bench.checkpoint import main as checkpoint_main
 

@@ -22,11 +22,23 @@ EPOCH_DOC = {"format_version": 2, "epoch": 3, "owner": "host:1", "claimed": 1.5,
 MIRROR_DOC = {"format_version": 2, "generation": 4, "epoch": 3,
               "db_id": "0123456789abcdef0123456789abcdef", "num_levels": 4, "last_seq": 300,
               "next_file": 31, "files": [[3, 17, 5000, "6b6579", "6b657a", 1, 300, 3]]}
+#: A mirror of format 3: a cloud table, the backup of a local one, the WAL from segment 25.
+MIRROR3_DOC = {"format_version": 3, "generation": 5, "epoch": 3,
+               "db_id": "0123456789abcdef0123456789abcdef", "num_levels": 4, "last_seq": 320,
+               "next_file": 33, "log_number": 25, "wal_fences": [1, 9],
+               "files": [[0, 23, 900, "61", "63", 301, 310, 3, 0],
+                         [3, 17, 5000, "6b6579", "6b657a", 1, 300, 3, 1]]}
+#: WAL objects: a fence, and segment 12's two batches (the golden WAL segment's records).
+WAL_FENCE_HEADER = {"format_version": 1, "kind": "fence",
+                    "db_id": "0123456789abcdef0123456789abcdef", "epoch": 3}
+WAL_RECORDS_HEADER = {"format_version": 1, "kind": "records",
+                      "db_id": "0123456789abcdef0123456789abcdef", "epoch": 3, "segment": 12,
+                      "table": 13, "first_seq": 41, "offset": 40}
 
 
 def build(tmp: str) -> dict[str, str]:
     """Write one file of each format under ``tmp``; return {golden name: path}."""
-    from rocksmash.cloud import encode_object
+    from rocksmash.cloud import WalObject, encode_object
     from rocksmash.data_cache import DataCache
     from rocksmash.env import LocalFile
     from rocksmash.manifest import Manifest
@@ -78,9 +90,20 @@ def build(tmp: str) -> dict[str, str]:
     out["datacache.seg"] = os.path.join(cdir, segments[0])
     out["datacache.INDEX"] = os.path.join(cdir, "INDEX")
 
-    for name, doc in (("epoch.object", EPOCH_DOC), ("mirror.object", MIRROR_DOC)):
+    for name, doc in (("epoch.object", EPOCH_DOC), ("mirror.object", MIRROR_DOC),
+                      ("mirror3.object", MIRROR3_DOC)):
         p = os.path.join(tmp, name)
         with open(p, "wb") as f:
             f.write(encode_object(doc))
+        out[name] = p
+
+    with open(wal.path, "rb") as f:
+        records = f.read()[40:]
+    header = dict(WAL_RECORDS_HEADER, end=40 + len(records))
+    for name, obj in (("wal-fence.object", WalObject(9, WAL_FENCE_HEADER, b"")),
+                      ("wal-records.object", WalObject(10, header, records))):
+        p = os.path.join(tmp, name)
+        with open(p, "wb") as f:
+            f.write(obj.encode())
         out[name] = p
     return out

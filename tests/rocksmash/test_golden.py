@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from rocksmash.cloud import decode_object
+from rocksmash.cloud import MIRROR_FORMATS, CloudTier, WalObject, decode_object
+from rocksmash.log_format import read_records
 from rocksmash.data_cache import DataCache
 from rocksmash.env import LocalFile
 from rocksmash.manifest import load_manifest
@@ -21,7 +22,8 @@ from rocksmash.table import Table
 from rocksmash.wal import read_segment
 from rocksmash.write_batch import decode_batch
 
-from .golden import EPOCH_DOC, MANIFEST_NUMBER, MIRROR_DOC, OUT, TABLE_ENTRIES, WAL, build
+from .golden import (EPOCH_DOC, MANIFEST_NUMBER, MIRROR3_DOC, MIRROR_DOC, OUT, TABLE_ENTRIES,
+                     WAL, WAL_FENCE_HEADER, WAL_RECORDS_HEADER, build)
 
 
 def golden(name):
@@ -94,6 +96,26 @@ def test_data_cache_decodes(tmp_path):
 
 
 @pytest.mark.parametrize("name,doc", [("epoch.object", EPOCH_DOC),
-                                      ("mirror.object", MIRROR_DOC)])
+                                      ("mirror.object", MIRROR_DOC),
+                                      ("mirror3.object", MIRROR3_DOC)])
 def test_cloud_objects_decode(name, doc):
-    assert decode_object(open(golden(name), "rb").read(), name) == doc
+    assert decode_object(open(golden(name), "rb").read(), name, MIRROR_FORMATS) == doc
+
+
+def test_mirror_files_of_both_formats():
+    (v2,) = CloudTier.mirror_files(MIRROR_DOC)
+    assert (v2[0], v2[1].number, v2[1].tier, v2[1].epoch) == (3, 17, 1, 3)
+    backup, cloud = CloudTier.mirror_files(MIRROR3_DOC)
+    assert (backup[0], backup[1].number, backup[1].tier, backup[1].object_key) == (
+        0, 23, 0, "tables/000023-e3.sst")
+    assert (cloud[0], cloud[1].number, cloud[1].tier) == (3, 17, 1)
+
+
+def test_wal_objects_decode():
+    fence = WalObject.decode(9, open(golden("wal-fence.object"), "rb").read())
+    assert (fence.kind, fence.header, fence.records) == ("fence", WAL_FENCE_HEADER, b"")
+    obj = WalObject.decode(10, open(golden("wal-records.object"), "rb").read())
+    assert obj.kind == "records" and obj.segment == WAL["number"]
+    assert obj.header == dict(WAL_RECORDS_HEADER, end=40 + len(obj.records))
+    payloads, _, _ = read_records(obj.records)
+    assert [decode_batch(p) for p in payloads] == WAL["batches"]
