@@ -51,6 +51,11 @@ def _puts(stats: dict[str, Any]) -> int:
     return int(stats["cloud"]["object_store"]["requests"].get("put", 0))
 
 
+def _sync_puts(db: Any, tid: int, n: int, value: bytes) -> None:
+    for i in range(n):
+        db.put(b"sync%04d%08d" % (tid, i), value, sync=True)
+
+
 def measure_writes(env: Environment, modes: Sequence[str], writes: int, sync_writes: int,
                    threads: int, value_size: int) -> list[dict[str, Any]]:
     import rocksmash
@@ -68,12 +73,8 @@ def measure_writes(env: Environment, modes: Sequence[str], writes: int, sync_wri
                 plain = time.perf_counter() - t
                 puts1 = _puts(db.stats())
                 per = max(1, sync_writes // threads)
-
-                def run(tid: int) -> None:
-                    for i in range(per):
-                        db.put(b"sync%04d%08d" % (tid, i), value, sync=True)
-
-                workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+                workers = [threading.Thread(target=_sync_puts, args=(db, i, per, value))
+                           for i in range(threads)]
                 t = time.perf_counter()
                 for w in workers:
                     w.start()

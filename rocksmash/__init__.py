@@ -77,9 +77,13 @@ def _document_open() -> None:
     lines = ["", "Options:", ""]
     for f in dataclasses.fields(Options):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        # (an option missing from a stale open_options.py must not break the import,
+        # or the generator that refreshes it could not run; the test catches staleness)
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                                        default=default, annotation=hints[f.name]))
-        shown, meaning = HELP[f.name]
+                                        default=default,
+                                        annotation=hints.get(f.name, inspect.Parameter.empty)))
+        shown, meaning = HELP.get(f.name, (repr(default), "(not documented yet: run make "
+                                                          "open-options)"))
         lines.append(f"``{f.name}`` (default ``{shown}``)")
         lines += textwrap.wrap(meaning, 84, initial_indent="    ", subsequent_indent="    ")
     open.__signature__ = inspect.Signature(params, return_annotation=DB)  # type: ignore[attr-defined]

@@ -175,6 +175,23 @@ class OpenOptions(TypedDict, total=False):
     docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3. Default:
     ``'1s'``."""
 
+    wal_shipping: str
+    """The extended WAL: how the WAL reaches the object store, so that a writer whose local
+    disk is lost reopens from the bucket with every write the mode promises (local
+    tables are backed up to the bucket too, except with "off"). "sync": a sync=True
+    write returns once its record is in the bucket (one PUT covers every writer
+    waiting). "interval": new records are shipped every wal_ship_interval (the loss
+    window), one PUT per interval while writes come in. "sealed": a segment is shipped
+    when its memtable fills. "off": nothing but the cloud levels is in the bucket (the
+    local levels and the WAL are lost with the disk). With "sync" and "interval" the
+    shipments also fence (a writer that lost the prefix fails its next one), so the
+    fencing_check_interval check is off. See docs/cloud.md, "WAL shipping". Default:
+    ``'interval'``."""
+
+    wal_ship_interval: float | str
+    """100 ms: SlateDB's default; one PUT per interval costs about $130 a month on S3.
+    Default: ``'0.1s'``."""
+
 
 #: Each option's default (as shown to users) and meaning, for ``help(rocksmash.open)``.
 HELP: dict[str, tuple[str, str]] = {
@@ -210,4 +227,6 @@ HELP: dict[str, tuple[str, str]] = {
     'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),
     'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (it has the bytes), so hot keys stay cached across compactions.'),
     'fencing_check_interval': ("'1s'", 'How often a tiered writer checks that no other writer has claimed its prefix (one GET of the epoch object; also done at every flush). A fenced writer\'s writes raise FencedError from then on; writes it acknowledged in between may be lost (see docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.'),
+    'wal_shipping': ("'interval'", 'The extended WAL: how the WAL reaches the object store, so that a writer whose local disk is lost reopens from the bucket with every write the mode promises (local tables are backed up to the bucket too, except with "off"). "sync": a sync=True write returns once its record is in the bucket (one PUT covers every writer waiting). "interval": new records are shipped every wal_ship_interval (the loss window), one PUT per interval while writes come in. "sealed": a segment is shipped when its memtable fills. "off": nothing but the cloud levels is in the bucket (the local levels and the WAL are lost with the disk). With "sync" and "interval" the shipments also fence (a writer that lost the prefix fails its next one), so the fencing_check_interval check is off. See docs/cloud.md, "WAL shipping".'),
+    'wal_ship_interval': ("'0.1s'", "100 ms: SlateDB's default; one PUT per interval costs about $130 a month on S3."),
 }

@@ -53,7 +53,7 @@ def main() -> None:
         min_local = min((f.min_seq for f in local), default=s["sequence"] + 1)
         order = sorted(segments.items())
         keep = 0
-        for i, (_, (first, nbytes)) in enumerate(order):
+        for i, (_, (_, nbytes)) in enumerate(order):
             last = order[i + 1][1][0] - 1 if i + 1 < len(order) else s["sequence"]
             if last >= min_local:
                 keep += nbytes

@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from powerloss_child import ops  # noqa: E402
+from powerloss_child import ops
 
 MARK_EVERY = 150
 
