@@ -74,3 +74,28 @@ def test_cli_scan_into_a_closed_pipe_is_quiet(tmp_path):
     proc.stdout.close()  # like `| head -1`
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0 and b"Traceback" not in err, err
+
+
+def test_cli_restore_rebuilds_a_lost_directory(tmp_path, capsys):
+    import shutil
+
+    import rocksmash
+
+    url = f"file://{tmp_path}/bucket/db"
+    with rocksmash.open(tmp_path / "db", object_store=url, wal_shipping="sync",
+                        memtable_size="4KiB", background_processes=False) as db:
+        for i in range(300):
+            db.put(b"k%04d" % i, b"v%04d" % i, sync=i % 50 == 0)
+        db.delete(b"k0007", sync=True)
+    shutil.rmtree(tmp_path / "db")
+    assert main(["restore", str(tmp_path / "db")]) == 2  # needs --object-store
+    assert main(["restore", str(tmp_path / "db"), "--object-store", url]) == 0
+    out = capsys.readouterr()
+    assert "restored" in out.out and "WAL segments" in out.out and "fetched" in out.err
+    assert main(["restore", str(tmp_path / "db"), "--object-store", url]) == 3  # exists
+    assert "exists" in capsys.readouterr().err
+    assert main(["restore", str(tmp_path / "new"), "--object-store",
+                 f"file://{tmp_path}/empty"]) == 3
+    assert "no database" in capsys.readouterr().err
+    with rocksmash.open(tmp_path / "db", object_store=url) as db:
+        assert dict(db.scan()) == {b"k%04d" % i: b"v%04d" % i for i in range(300) if i != 7}
