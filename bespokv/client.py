@@ -322,6 +322,15 @@ class AsyncClient:
             b = self._batchers[node, write] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
         return b
 
+    async def _batched(self, node: str, write: bool, op: pb.Op) -> pb.OpResult:
+        """``op`` through ``node``'s batcher, within ``timeout`` of now, queueing included:
+        the RPC has that deadline too, and this one makes sure no wait for a batch (a bug in
+        the batching, a batch cancelled by :meth:`_install`) outlives the call's timeout."""
+        try:
+            return await asyncio.wait_for(self._batcher(node, write).submit(op), self.timeout)
+        except asyncio.TimeoutError:
+            raise DeadlineExceededError(f"{node}: no answer within {self.timeout:g} s (outcome unknown)") from None
+
     def _epoch_md(self) -> tuple[tuple[str, str], ...]:
         """Call metadata: the token, and the map epoch the call is routed with (a node
         refuses a request routed with a map older than the shard's last change)."""
@@ -365,7 +374,7 @@ class AsyncClient:
             op = make(info.id)
             try:
                 try:
-                    res = await (self._batcher(node, write).submit(op) if batched else self._unary(node, op))
+                    res = await (self._batched(node, write, op) if batched else self._unary(node, op))
                 except grpc.aio.AioRpcError as exc:
                     raise _rpc_error(exc, node) from None
                 if res.status.code:

@@ -258,6 +258,48 @@ def test_autobatcher_coalesces_and_isolates_errors():
     asyncio.run(main())
 
 
+def test_autobatcher_abort_right_after_a_flush_answers_everyone_and_frees_the_slot():
+    """The client's hang in the failover tests: ``abort()`` (a node reported down) ran in the
+    loop iteration between the flush that created a batch's task and that task's first step.
+    A task cancelled before it starts never runs its body, so the batch's waiters were never
+    answered and its in-flight slot never freed: with ``max_inflight`` such batches, every
+    later call to that node waited forever."""
+
+    async def main():
+        async def send(items):
+            return [i * 10 for i in items]
+
+        b = AutoBatcher(send, max_inflight=1)
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(b.submit(1))
+        await asyncio.sleep(0)  # ``first`` ran: the flush is scheduled, the batch not created
+        loop.call_soon(b.abort, ConnectionAbortedError("node down"))  # runs right after it
+        with pytest.raises(ConnectionAbortedError):
+            await asyncio.wait_for(first, 10)
+        assert await asyncio.wait_for(b.submit(2), 10) == 20  # the slot was freed
+        assert b.batches == 2
+
+        # A submitter that gave up (cancelled) before its batch was sent is not sent.
+        sent = []
+
+        async def slow(items):
+            sent.extend(items)
+            await asyncio.sleep(0.01)
+            return list(items)
+
+        b2 = AutoBatcher(slow, max_inflight=1)
+        busy = asyncio.ensure_future(b2.submit("busy"))
+        await asyncio.sleep(0)
+        queued = asyncio.ensure_future(b2.submit("queued"))
+        await asyncio.sleep(0)
+        queued.cancel()
+        assert await asyncio.wait_for(busy, 10) == "busy"
+        assert await asyncio.wait_for(b2.submit("next"), 10) == "next"
+        assert sent == ["busy", "next"]
+
+    asyncio.run(main())
+
+
 # -- replication log --------------------------------------------------------------------------------
 
 

@@ -10,8 +10,9 @@ import time
 import grpc
 import pytest
 
+from bespokv.batcher import AutoBatcher
 from bespokv.client import Client
-from bespokv.errors import InvalidArgumentError, UnavailableError
+from bespokv.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
 from bespokv.testing import InProcessCluster, ThreadedCluster, free_port, make_config
@@ -75,6 +76,30 @@ def test_async_client_pipelines():
                 assert [k for k, _ in pairs] == [b"p%04d" % i for i in range(10)]
 
     asyncio.run(main())
+
+
+def test_a_batch_that_never_answers_fails_the_call_within_its_timeout(cluster, monkeypatch):
+    """Whatever goes wrong in the batching, a call ends within ``timeout`` with a bespokv
+    error, an unknown outcome: it never waits forever (the failover tests' hang)."""
+    import bespokv.client
+
+    class Hung(AutoBatcher):
+        async def submit(self, item):
+            await asyncio.Event().wait()
+
+    with cluster.client() as c:
+        c.put(b"hung", b"before")
+    monkeypatch.setattr(bespokv.client, "AutoBatcher", Hung)  # this test's clients only
+    with cluster.client(timeout=0.5, retries=0) as c:
+        for call in (c.aio.put(b"hung", b"v"), c.aio.get(b"hung")):
+            # Without the bound this waits forever: fail after 60 s instead of hanging.
+            fut = asyncio.run_coroutine_threadsafe(call, c.loop)
+            with pytest.raises(DeadlineExceededError, match="no answer within 0.5 s") as info:
+                fut.result(timeout=60)
+            assert info.value.applied is None
+    monkeypatch.undo()
+    with cluster.client() as c:
+        assert c.get(b"hung") == b"before"
 
 
 def test_unbatched_client(cluster):
