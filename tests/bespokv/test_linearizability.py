@@ -1,5 +1,9 @@
 """Strong modes: record a concurrent history against a multi-process cluster, with a node
-killed (-9) and restarted in the middle, and check it with the linearizability checker."""
+killed (-9) and restarted in the middle, and check it with the linearizability checker.
+
+Histories are recorded until the fault script has finished and enough operations have
+completed, not for a fixed time: a loaded machine completes fewer operations per second,
+and the checks below must not depend on its speed."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from lincheck import UNKNOWN, Operation, check
@@ -16,26 +21,32 @@ from bespokv.config import Tuning
 from bespokv.errors import Error
 from bespokv.testing import LocalCluster, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+#: How long a history may take to record (fault script and enough operations) before the
+#: test fails saying so: more than the fault scripts' own waits add up to, and well under the
+#: test's timeout, so that a failure is that message.
+RECORD_DEADLINE = 240.0
 
 KEYS = [b"k%d" % i for i in range(6)]
 
 
 async def record_history(
-    client, *, clients: int, seconds: float, cas: bool, seed: int, history: list[Operation] | None = None
+    client, *, clients: int, done: Callable[[], bool], deadline: float, cas: bool, seed: int,
+    history: list[Operation] | None = None,
 ) -> list[Operation]:
-    """``clients`` concurrent workers doing random operations on a few keys for ``seconds``.
+    """``clients`` concurrent workers doing random operations on a few keys until ``done()``
+    (checked before each operation) or the ``time.monotonic()`` ``deadline``.
 
     Writes are never retried by the client (``retry_writes=False``): a write that fails is
     recorded with an unknown outcome. Reads that fail are dropped (they had no effect).
     Operations are appended to ``history`` (a new list by default) as they complete."""
     history = [] if history is None else history
-    deadline = time.monotonic() + seconds
     counter = iter(range(10**9))
 
     async def worker(cid: int) -> None:
         rng = random.Random(seed * 1000 + cid)
-        while time.monotonic() < deadline:
+        while not done() and time.monotonic() < deadline:
             key = rng.choice(KEYS)
             r = rng.random()
             kinds = ["get", "put", "delete"] + (["cas"] if cas else [])
@@ -70,23 +81,35 @@ async def record_history(
     return history
 
 
-def history_under(cluster, chaos, *, seconds: float, seed: int, retries: int, cas: bool,
-                  history: list[Operation]) -> None:
-    """Record a 12-client history into ``history`` while ``chaos()`` runs on a thread;
-    re-raise whatever ``chaos`` raised, and fail if it did not finish."""
+def ok_ops(history: list[Operation]) -> list[Operation]:
+    """The operations whose outcome is known."""
+    return [o for o in history if o.output is not UNKNOWN]
+
+
+def history_under(cluster, chaos, *, enough: Callable[[list[Operation]], bool], what: str,
+                  seed: int, retries: int, cas: bool, history: list[Operation]) -> None:
+    """Record a 12-client history into ``history`` while ``chaos()`` runs on a thread, until
+    ``chaos`` has finished and ``enough(history)`` holds; fail saying ``what`` was missing
+    if that takes more than RECORD_DEADLINE; re-raise whatever ``chaos`` raised."""
     chaos_errors: list[BaseException] = []
+    chaos_done = threading.Event()
 
     def run_chaos() -> None:
         try:
             chaos()
         except BaseException as exc:  # re-raised below
             chaos_errors.append(exc)
+        finally:
+            chaos_done.set()
+
+    def done() -> bool:
+        return chaos_done.is_set() and (bool(chaos_errors) or enough(history))
 
     async def run() -> list[Operation]:
         client = cluster.async_client(retry_writes=False, retries=retries, timeout=3.0)
         try:
-            return await record_history(client, clients=12, seconds=seconds, cas=cas,
-                                        seed=seed, history=history)
+            return await record_history(client, clients=12, done=done, deadline=time.monotonic() + RECORD_DEADLINE,
+                                        cas=cas, seed=seed, history=history)
         finally:
             await client.close()
 
@@ -97,7 +120,12 @@ def history_under(cluster, chaos, *, seconds: float, seed: int, retries: int, ca
     finally:
         t.join(60)
     assert not chaos_errors, chaos_errors
-    assert not t.is_alive()
+    assert not t.is_alive(), "the fault script did not finish"
+    ok = ok_ops(history)
+    assert enough(history), (
+        f"not enough operations within {RECORD_DEADLINE:.0f} s: wanted {what}; got {len(ok)} with a known"
+        f" outcome ({sum(o.kind == 'get' for o in ok)} reads) of {len(history)}"
+    )
 
 
 @pytest.mark.parametrize("mode", ["ms-sc", "aa-sc"])
@@ -108,16 +136,20 @@ def test_strong_modes_are_linearizable_under_a_crash(mode):
         history: list[Operation] = []
 
         def chaos() -> None:
-            wait_until(lambda: len(history) >= 100, 30, "operations before the kill")
+            wait_until(lambda: len(history) >= 100, 45, "operations before the kill")
             cluster.kill("n3")
             cluster.wait_reported_down("n3")  # operations go on against the broken cluster
             cluster.start_node("n3")
+            at = len(history)  # the history goes on past the restart, however slow the machine
+            wait_until(lambda: len(history) >= at + 50, 45, "operations after the restart")
 
-        history_under(cluster, chaos, seconds=6.0, seed=7, retries=10, cas=(mode == "ms-sc"),
-                      history=history)
-        ok = [o for o in history if o.output is not UNKNOWN]
-        reads = [o for o in ok if o.kind == "get"]
-        assert len(ok) > 300 and len(reads) > 100, (len(ok), len(reads))
+        def enough(h: list[Operation]) -> bool:
+            ok = ok_ops(h)
+            return len(ok) > 300 and sum(o.kind == "get" for o in ok) > 100
+
+        history_under(cluster, chaos, enough=enough, what="over 300 known outcomes, over 100 reads",
+                      seed=7, retries=10, cas=(mode == "ms-sc"), history=history)
+        reads = [o for o in ok_ops(history) if o.kind == "get"]
         assert any(o.kind == "get" and o.output is not None for o in reads)
         result = check(history, timeout=60)
         assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
@@ -150,25 +182,25 @@ def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
             return mode == "aa-sc" or all((victim in s.replicas) == back for s in smap.shards.values())
 
         def chaos() -> None:
-            wait_until(lambda: len(history) >= 100, 30, "operations before the fault")
+            wait_until(lambda: len(history) >= 100, 45, "operations before the fault")
             if fault == "pause":
                 cluster.pause(victim)
             else:
                 cluster.kill(victim)
             wait_until(failed_over, 30, "the failover", interval=0.2)
             at = len(history)
-            wait_until(lambda: len(history) >= at + 50, 30, "operations after the failover")
+            wait_until(lambda: len(history) >= at + 50, 45, "operations after the failover")
             if fault == "pause":
                 cluster.resume(victim)
+                at = len(history)  # the resumed node must not serve what the chain moved past
+                wait_until(lambda: len(history) >= at + 50, 45, "operations after the resume")
             elif fault == "rejoin":
                 cluster.start_node(victim)
                 wait_until(lambda: failed_over(back=True), 30, "the rejoin", interval=0.2)
                 at = len(history)
-                wait_until(lambda: len(history) >= at + 100, 30, "operations after the rejoin")
+                wait_until(lambda: len(history) >= at + 100, 45, "operations after the rejoin")
 
-        history_under(cluster, chaos, seconds=16.0 if fault == "rejoin" else 8.0, seed=11, retries=20, cas=(mode == "ms-sc"),
-                      history=history)
-        ok = [o for o in history if o.output is not UNKNOWN]
-        assert len(ok) > 300, len(ok)
+        history_under(cluster, chaos, enough=lambda h: len(ok_ops(h)) > 300, what="over 300 known outcomes",
+                      seed=11, retries=20, cas=(mode == "ms-sc"), history=history)
         result = check(history, timeout=60)
         assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
