@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from bespokv import representation
 from bespokv.batcher import AutoBatcher
 from bespokv.config import ClusterConfig, Limits
 from bespokv.controlets import ShardContext, make_controlet
@@ -158,18 +159,22 @@ class Node:
         return worker
 
     def _open_replica(self, info: ShardInfo) -> Controlet:
+        worker = self._worker(info.id)
+        # The stored form follows the mode (an offline mode switch; representation.py).
+        stored_versions = representation.open_for(worker.inner, info.mode)
         ctx = ShardContext(
             node_id=self.node_id,
             node_number=node_number(self.node_id),
             writer_id=self.writer_id,
             shard=info,
-            datalet=self._worker(info.id),
+            datalet=worker,
             peers=self.peers,
             clock=self.clock,
             tuning=self.config.tuning,
             limits=self.limits,
             epoch=info.epoch,
             can_serve=self.coordinator.can_serve,
+            stored_versions=stored_versions,
         )
         c = self.controlets[info.id] = make_controlet(ctx)
         return c

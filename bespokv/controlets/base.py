@@ -68,6 +68,9 @@ class ShardContext:
     #: False while the node cannot be sure it is still a member (see Coordinator.can_serve):
     #: heads, masters and tails then refuse what needs their role
     can_serve: Callable[[], bool] = lambda: True
+    #: the datalet still holds active-active (versioned) values: a master-slave head
+    #: merges and rewrites them before serving (representation.py)
+    stored_versions: bool = False
 
     @property
     def shard_id(self) -> int:

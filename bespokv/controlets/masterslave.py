@@ -25,9 +25,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from bespokv import representation
 from bespokv.controlets.base import Controlet, ShardContext
 from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed, pull
 from bespokv.errors import Error, FencedError, UnavailableError, WrongShardError, from_exception
+from bespokv.datalets.base import RESERVED_PREFIX
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.shardmap import ShardInfo
 
@@ -43,7 +45,10 @@ class MasterSlaveControlet(Controlet):
         super().__init__(ctx)
         self.store = ReplicatedStore(ctx.datalet, ctx.tuning)
         self.is_head = ctx.shard.head == ctx.node_id
-        self.synced = len(ctx.shard.replicas) == 1
+        #: versioned values left by an active-active mode (offline switch): not served,
+        #: exported to the head, which merges them (representation.py)
+        self.stored_versions = ctx.stored_versions
+        self.synced = len(ctx.shard.replicas) == 1 and not self.stored_versions
         self._synced_changed = asyncio.Event()
         self.links: dict[str, Link] = {}
         self._session = 0
@@ -158,6 +163,8 @@ class MasterSlaveControlet(Controlet):
     # -- head/master recovery ------------------------------------------------------------------
 
     async def _recover(self) -> None:
+        if self.stored_versions:
+            await self._merge_versions()
         others = self.ctx.others
         while True:
             positions: dict[str, pb.Position] = {}
@@ -188,6 +195,42 @@ class MasterSlaveControlet(Controlet):
             self.store.adopt_history(os.urandom(16))
         log.info("shard %s: %s ready at seq %d", self.ctx.shard_id, self.ctx.node_id, self.store.seq)
         self._set_synced(True)
+
+    async def _merge_versions(self) -> None:
+        """After a switch from an active-active mode: merge every other replica's versioned
+        values into ours (each must answer; an acknowledged write may be on any of them),
+        then rewrite ours plain. Our history is then empty, so ``_recover`` starts a new
+        one and every other replica gets a full copy."""
+        pending = list(self.ctx.others)
+        while pending:
+            for node in list(pending):
+                try:
+                    call = self.ctx.peers.peer(node).Export(
+                        pb.ExportRequest(shard=self.ctx.shard_id),
+                        timeout=max(30.0, self.ctx.tuning.request_timeout), metadata=self.ctx.peers.metadata,
+                    )
+                    async for chunk in call:
+                        pairs = [(kv.key, kv.value) for kv in chunk.pairs]
+                        await self.datalet.run(representation.merge_newer, self.datalet.inner, pairs)
+                    pending.remove(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # retried until every replica has answered
+                    log.info("shard %s: merging versions from %s failed: %r", self.ctx.shard_id, node, exc)
+            if pending:
+                await asyncio.sleep(0.3)
+        live = await self.datalet.run(representation.to_plain, self.datalet.inner)
+        self.stored_versions = False
+        log.warning("shard %s: %s rewrote %d merged values plain (mode switch)", self.ctx.shard_id, self.ctx.node_id, live)
+
+    async def on_export(self, request: pb.ExportRequest) -> AsyncIterator[pb.ExportChunk]:
+        """The versioned values left by an active-active mode, for the head's merge."""
+        if not self.stored_versions:
+            raise UnavailableError(f"shard {self.ctx.shard_id}: {self.ctx.node_id} holds no versioned values")
+        async for chunk in self.datalet.export(self.ctx.tuning.export_chunk):
+            pairs = [pb.KeyValue(key=k, value=v) for k, v in chunk if not k.startswith(RESERVED_PREFIX)]
+            if pairs:
+                yield pb.ExportChunk(pairs=pairs)
 
     async def _position_of(self, node: str) -> pb.PositionResponse:
         return await self.ctx.peers.peer(node).Position(
@@ -263,6 +306,7 @@ class MasterSlaveControlet(Controlet):
                     raise UnavailableError("replication stream superseded by a newer one")
                 if msg.WhichOneof("body") == "snapshot_begin":
                     self._set_synced(False)
+                    self.stored_versions = False  # replaced by the head's (plain) copy
                 try:
                     await apply_message(self.store, msg, progress)
                 except Error:

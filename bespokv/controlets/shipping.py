@@ -42,6 +42,7 @@ from bespokv.proto import bespokv_pb2 as pb
 
 __all__ = [
     "POSITION_KEY",
+    "decode_position",
     "ReplicationLog",
     "ReplicatedStore",
     "Link",
@@ -59,6 +60,8 @@ T = TypeVar("T")
 
 #: Where a replica's position lives in its datalet (frozen).
 POSITION_KEY = RESERVED_PREFIX + b"bespokv/position"
+#: The stored form of the replica's values (frozen; see representation.py).
+FORMAT_KEY = RESERVED_PREFIX + b"bespokv/format"
 _POS = struct.Struct(">Q")
 
 
@@ -70,7 +73,7 @@ def _encode_position(history: bytes, seq: int) -> bytes:
     return _POS.pack(seq) + history
 
 
-def _decode_position(data: bytes) -> tuple[bytes, int]:
+def decode_position(data: bytes) -> tuple[bytes, int]:
     if len(data) < _POS.size:
         raise CorruptionError("replication position record is truncated")
     return data[_POS.size :], _POS.unpack_from(data)[0]
@@ -195,7 +198,7 @@ class ReplicatedStore:
         """Read the stored position; at construction, before the worker has any call."""
         raw = self.datalet.inner.get(POSITION_KEY)
         if raw is not None:
-            self.history, self.seq = _decode_position(raw)
+            self.history, self.seq = decode_position(raw)
         self.log.reset(self.seq)
 
     def position(self) -> pb.Position:
@@ -294,6 +297,9 @@ class ReplicatedStore:
             self.log.reset(0)
             self.generation += 1
             await self.datalet.clear()
+            # Until the copy ends the data has no position: say it is plain (see
+            # representation.py, which would otherwise guess from the values).
+            await self.datalet.write([(FORMAT_KEY, b"plain")])
             self._notify()
 
         await self._locked(begin())

@@ -63,7 +63,7 @@ def test_a_returning_node_catches_up_rejoins_and_keeps_what_was_acknowledged(mod
         client = cluster.client(retries=50, timeout=3.0)
         try:
             with Writer(client) as w:
-                _grow(w, 200, "writes before the kill")
+                _grow(w, 100, "writes before the kill")
                 if fault == "kill":
                     cluster.kill(RETURNER)
                 else:
@@ -82,7 +82,7 @@ def test_a_returning_node_catches_up_rejoins_and_keeps_what_was_acknowledged(mod
                     60, f"every shard to have {RETURNER} back and 3 replicas",
                 )
                 cluster.wait_ready(60, nodes=[RETURNER])
-                _grow(w, 200, f"writes after {RETURNER} rejoined")
+                _grow(w, 100, f"writes after {RETURNER} rejoined")
             acked = dict(w.acked)
             wait_until(lambda: _holds_all(client, RETURNER, acked), 60, f"{RETURNER} to hold every acknowledged write")
 
