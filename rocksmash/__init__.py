@@ -25,10 +25,11 @@ from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidAr
                      UnavailableError)
 from .open_options import HELP, OpenOptions
 from .options import Options, parse_size
+from .read_only import ReadOnlyDB
 from .write_batch import WriteBatch
 
 __all__ = [
-    "open", "DB", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
+    "open", "DB", "ReadOnlyDB", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
     "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
 ]
@@ -47,11 +48,15 @@ def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  #
     :class:`CorruptionError` if its files are damaged. The returned :class:`DB` is also a
     context manager.
 
-    One process at a time may open a database (a lock file); in it, the :class:`DB` is
-    safe to use from any number of threads. A ``fork`` child must not use a database its
+    One process at a time may open a database for writing (a lock file); in it, the
+    :class:`DB` is safe to use from any number of threads. ``read_only=True`` opens a
+    point-in-time view that takes no lock (:class:`ReadOnlyDB`): any number of them may
+    be open beside the writer. A ``fork`` child must not use a database its
     parent opened (it is disabled there): open it in the child.
     """
     opts = Options.from_kwargs(**options)
+    if opts.read_only:
+        return ReadOnlyDB(path, opts)
     for attempt in range(_OPEN_ATTEMPTS):
         try:
             return DB(path, opts)

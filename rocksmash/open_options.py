@@ -106,6 +106,11 @@ class OpenOptions(TypedDict, total=False):
     """Create the database if the path holds none; refuse to open an existing one. Default:
     ``False``."""
 
+    read_only: bool
+    """Open a point-in-time view that only reads: no lock taken, nothing written, so any
+    number may be open beside the writer (rocksmash/read_only.py). Local databases only.
+    Default: ``False``."""
+
     recovery_processes: int
     """Worker processes replaying WAL segments at open, in parallel (each segment becomes
     its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory.
@@ -214,6 +219,7 @@ HELP: dict[str, tuple[str, str]] = {
     'max_value_size': ("'64MiB'", 'Limits on what a caller may store; larger keys/values raise InvalidArgumentError.'),
     'create_if_missing': ('True', 'Create the database if the path holds none; refuse to open an existing one.'),
     'error_if_exists': ('False', 'Create the database if the path holds none; refuse to open an existing one.'),
+    'read_only': ('False', 'Open a point-in-time view that only reads: no lock taken, nothing written, so any number may be open beside the writer (rocksmash/read_only.py). Local databases only.'),
     'recovery_processes': ('0', 'Worker processes replaying WAL segments at open, in parallel (each segment becomes its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory. Ignored with background_processes=False (then segments replay one at a time).'),
     'wal_recovery': ("'strict'", 'What recovery does with a WAL segment whose last record is complete but fails its checksum. No crash of the writing process leaves that (a crash leaves a record cut short, which is always dropped), so it may be a synced, acknowledged write that was damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.'),
     'stall_timeout': ("'60s'", 'A write blocked longer than this (memtables and L0 full because flush or compaction cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A healthy engine stalls for well under a second; a minute means something is wrong.'),

@@ -121,6 +121,9 @@ class Options:
     # Create the database if the path holds none; refuse to open an existing one.
     create_if_missing: bool = True
     error_if_exists: bool = False
+    # Open a point-in-time view that only reads: no lock taken, nothing written, so any
+    # number may be open beside the writer (rocksmash/read_only.py). Local databases only.
+    read_only: bool = False
     # Worker processes replaying WAL segments at open, in parallel (each segment becomes
     # its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory.
     # Ignored with background_processes=False (then segments replay one at a time).
