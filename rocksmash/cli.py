@@ -53,8 +53,11 @@ def _store_option(s: str) -> tuple[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="rocksmash", description="Inspect and maintain a rocksmash database. Keys are "
-        "UTF-8 text, or hex with a 0x prefix. The database must not be open elsewhere "
-        "(a tiered one: not by any writer, as opening it makes this command the writer).",
+        "UTF-8 text, or hex with a 0x prefix. stats, get, scan and check open a local "
+        "database read-only (a view as of the command's start; a writer may be running). "
+        "The other commands, and every command on a tiered database, need it not open "
+        "elsewhere (a tiered one: not by any writer, as opening it makes this command "
+        "the writer).",
         epilog="Exit status: 0 success, 1 key not found (get), 2 usage error, "
         "3 rocksmash error.")
     ap.add_argument("--version", action="version", version=f"rocksmash {rocksmash.__version__}")
@@ -82,19 +85,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", type=_key)
     p.add_argument("--reverse", action="store_true")
     p.add_argument("--limit", type=_count, default=0, help="stop after N records (0: all)")
+    p.add_argument("--prefix", type=_key, help="only keys that start with this")
+    p.add_argument("--keys-only", action="store_true", help="print keys alone")
     sub.add_parser("compact", parents=[common],
                    help="flush and compact everything into the last level")
     sub.add_parser("check", parents=[common],
                    help="read every record, verifying every checksum")
+    p = sub.add_parser("checkpoint", parents=[common],
+                       help="write a consistent copy of a local database to the new "
+                       "directory DEST (tables hard-linked); DEST opens as a database")
+    p.add_argument("dest", help="the new directory (must not exist)")
     sub.add_parser("restore", parents=[common],
                    help="rebuild a lost local directory from the object store (PATH must "
                    "not hold a database; needs --object-store)")
     return ap
 
 
+#: Commands that only read; on a local database they open a read-only view.
+_READS = ("stats", "get", "scan", "check")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts: dict[str, Any] = {"create_if_missing": args.cmd in ("put", "restore")}
+    if args.cmd in _READS and not args.object_store:
+        # A point-in-time view that takes no lock: works beside a running writer.
+        opts = {"read_only": True, "background_processes": False}
     if args.object_store:
         opts.update(object_store=args.object_store,
                     object_store_options=dict(args.object_store_option))
@@ -164,10 +180,13 @@ def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
             elif args.cmd == "delete":
                 db.delete(args.key, sync=True)
             elif args.cmd == "scan":
-                for i, (k, v) in enumerate(db.scan(args.start, args.end, reverse=args.reverse)):
-                    if args.limit and i >= args.limit:
-                        break
-                    print(f"{_show(k)}\t{_show(v)}")
+                items = db.scan(args.start, args.end, reverse=args.reverse, prefix=args.prefix,
+                                limit=args.limit or None)
+                for k, v in items:
+                    print(_show(k) if args.keys_only else f"{_show(k)}\t{_show(v)}")
+            elif args.cmd == "checkpoint":
+                db.checkpoint(args.dest)
+                print(f"checkpoint of {args.path} written to {args.dest}")
             elif args.cmd == "compact":
                 db.compact_range()
                 print(json.dumps([lv for lv in db.stats()["levels"] if lv["files"]]))

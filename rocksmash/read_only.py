@@ -90,8 +90,9 @@ class ReadOnlyDB(DB):
                                        f"database has {state.version.num_levels} levels")
         files = [f for _, f in state.version.files()]
         if any(f.tier == CLOUD for f in files):
-            raise InvalidArgumentError(f"{self.path} has tables in an object store; "
-                                       f"read_only=True cannot open it yet")
+            raise InvalidArgumentError(f"{self.path} has tables in an object store: open "
+                                       f"it with object_store= (read_only=True cannot "
+                                       f"open a tiered database yet)")
         segments = sorted(p[1] for p in map(filenames.parse_name, os.listdir(self.path))
                           if p and p[0] == "log" and p[1] >= state.log_number)
         if state.log_number not in segments:

@@ -99,3 +99,31 @@ def test_cli_restore_rebuilds_a_lost_directory(tmp_path, capsys):
     assert "no database" in capsys.readouterr().err
     with rocksmash.open(tmp_path / "db", object_store=url) as db:
         assert dict(db.scan()) == {b"k%04d" % i: b"v%04d" % i for i in range(300) if i != 7}
+
+
+def test_cli_reads_beside_a_writer_and_checkpoints(tmp_path, capsys):
+    """Read commands open a local database read-only, so they work while it is open for
+    writing; checkpoint makes a copy that the CLI reads back; scan takes --prefix and
+    --keys-only."""
+    import rocksmash
+
+    path = str(tmp_path / "db")
+    with rocksmash.open(path, background_processes=False) as db:
+        db.update({b"a1": b"x", b"a2": b"y", b"b1": b"z"})
+        assert main(["get", path, "a2"]) == 0
+        assert capsys.readouterr().out == "y\n"
+        assert main(["scan", path, "--prefix", "a", "--keys-only"]) == 0
+        assert capsys.readouterr().out == "a1\na2\n"
+        assert main(["scan", path, "--limit", "1", "--reverse"]) == 0
+        assert capsys.readouterr().out == "b1\tz\n"
+        assert main(["check", path]) == 0
+        assert "3 live keys" in capsys.readouterr().out
+        assert main(["put", path, "c", "1"]) == 3  # writing needs the lock
+        assert "LockedError" in capsys.readouterr().err
+    dest = str(tmp_path / "copy")
+    assert main(["checkpoint", path, dest]) == 0
+    capsys.readouterr()
+    assert main(["scan", dest, "--keys-only"]) == 0
+    assert capsys.readouterr().out == "a1\na2\nb1\n"
+    assert main(["checkpoint", path, dest]) == 3  # DEST exists
+    assert "already exists" in capsys.readouterr().err
