@@ -26,7 +26,7 @@ import weakref
 from bisect import bisect_left
 from typing import Any, Callable, Iterator
 
-from . import filenames
+from . import cache_fill, filenames
 from .block_cache import BlockCache
 from .checkpoint import make_checkpoint
 from .bloom import key_hash
@@ -44,6 +44,7 @@ from .manifest import Manifest, ManifestState, load_manifest
 from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
+from .publication import Publication
 from .recovery import replay_segments
 from .restore import Progress, download_backups, scan_wal, write_segments
 from .row_cache import RowCache
@@ -56,11 +57,6 @@ from .worker import WorkerPool, shared_pool
 from .write_batch import WriteBatch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
-
-
-def _no_reader() -> None:
-    """The weak reference of an object no reader holds (a retired backup)."""
-    return None
 
 #: A manifest larger than this is rewritten as a fresh snapshot.
 _MANIFEST_ROLL_SIZE = 16 << 20
@@ -229,19 +225,13 @@ class DB:
             "segments_dropped_after_torn": 0, "epoch_checks": 0,
         }
         self._cloud_job_opts = dict(self._job_opts, compression=opts.cloud_compression)
-        self._dead_objects: list[tuple[str, int, Any]] = []
         self._shipping = opts.wal_shipping if opts.object_store is not None else "off"
         self._ship_sync = self._shipping == "sync"
         self._shipper: WalShipper | None = None
-        #: Local tables with a backup object (WAL shipping on): number -> its epoch.
-        self._backups: dict[int, int] = {}
-        #: Backups of tables no longer live: (key, number), deleted after the next publish.
-        self._retired_backups: list[tuple[str, int]] = []
         #: Local tables changed since the last publish (the compaction thread publishes).
         self._backup_wanted = False
-        #: WAL objects of segments below this are named by no mirror any more.
-        self._wal_retire_below = 0
         self._cloud: CloudTier | None = None
+        self._pub: Publication | None = None
         if opts.object_store is not None:
             from .data_cache import DataCache
             from .meta_cache import MetaCache
@@ -251,6 +241,8 @@ class DB:
             self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
             self._data_cache = DataCache(os.path.join(self.path, "cloud-cache"),
                                          opts.cache_size)
+            self._pub = Publication(self._cloud, self.path, self._data_cache,
+                                    self._meta_cache, self._stats, self._shipping != "off")
 
     def _recover(self) -> None:
         """Load the manifest, replay leftover WAL segments into L0 tables, start afresh.
@@ -308,7 +300,7 @@ class DB:
                 local = {f.number: f for lvl in levels for f in lvl if f.tier == LOCAL}
                 for _, f in CloudTier.mirror_files(mirror):
                     if f.tier == LOCAL and f.number in local and local[f.number].size == f.size:
-                        self._backups[f.number] = f.epoch
+                        self._pub.backups[f.number] = f.epoch  # type: ignore[union-attr]
         elif mirror is not None:
             # The local directory is gone: rebuild from the bucket (restore.py): the
             # cloud tables, the local tables' backups, and the WAL objects after them.
@@ -320,7 +312,7 @@ class DB:
             for lvl, f in files:
                 levels[lvl].append(f)
                 if f.tier == LOCAL:
-                    self._backups[f.number] = f.epoch
+                    self._pub.backups[f.number] = f.epoch  # type: ignore[union-attr]
             next_file, last_seq = int(mirror["next_file"]), int(mirror["last_seq"])
             if mirror.get("log_number") is not None:
                 log_number = int(mirror["log_number"])
@@ -392,12 +384,15 @@ class DB:
                 self._shipper = WalShipper(cloud, self._shipping, self.options.wal_ship_interval,
                                            self._fail, {o.number: o.segment for o in wal_objects})
                 self._shipper.add_segment(self._wal)
+                assert self._pub is not None
+                self._pub.shipper = self._shipper
             # Uploads the backups of the local tables (the replayed ones too), then
             # publishes. From here on, any older writer is fenced.
             self._publish_mirror()
             if self._shipper is None:  # nothing in the bucket refers to WAL objects now
                 cloud.delete_wal([o.number for o in wal_objects])
-            self._collect_garbage_objects()
+            assert self._pub is not None
+            self._pub.collect_garbage(self._version)
             self._collect_dead_objects()
         keep = {filenames.manifest_name(self._manifest.number), filenames.segment_name(
             self._mem.segment)} | {filenames.table_name(n) for n in live}
@@ -1138,7 +1133,8 @@ class DB:
         cloud = self._cloud
         to_cloud = (cloud is not None
                     and c.output_level >= first_cloud_level(self._version, self.options))
-        hot = self._hot_ranges(c) if to_cloud and self.options.compaction_aware_cache else []
+        hot = (cache_fill.hot_ranges((f for _, f in c.inputs), self._data_cache)
+               if to_cloud and self.options.compaction_aware_cache else [])
         edit = VersionEdit(deleted=[(lvl, f.number) for lvl, f in c.inputs])
         outputs: list[FileMeta] = []
         # (table number, a readable local copy, its temporary path or None)
@@ -1156,7 +1152,8 @@ class DB:
             edit.added = [(c.output_level, f) for f in outputs]
             self._install(c, edit, outputs)
             if self.options.compaction_aware_cache and fills:
-                self._fill_cache(fills, hot)
+                self._stats["cache_fills_by_compaction"] += cache_fill.fill(
+                    self._data_cache, {n: t for n, t, _ in fills}, hot)
         finally:
             for _, t, tmp in fills:
                 if tmp is not None:
@@ -1191,10 +1188,9 @@ class DB:
             if out is not None and out.tier == f.tier:
                 continue  # moved, same file
             self._cache.drop_table(f.table)
-            if f.tier == CLOUD:
-                self._retire_object(f)
-            else:  # open readers keep their descriptors (POSIX)
-                self._retire_backup(f)
+            if self._pub is not None:
+                self._pub.retire(f)
+            if f.tier == LOCAL:  # open readers keep their descriptors (POSIX)
                 try:
                     os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
                 except FileNotFoundError:
@@ -1254,162 +1250,27 @@ class DB:
     # ----------------------------------------------------------------- cloud tier
 
     def _publish_mirror(self) -> None:
-        """Publish the current version (``_version_lock`` held, or during open): its cloud
-        tables and, with WAL shipping, the backups of its local tables (uploaded first
-        where missing) and the segment from which on the WAL objects are needed. Raises
-        FencedError if another writer took over.
-
-        Every mirror names a whole version, so a rebuild from any one of them is
-        consistent (docs/decisions/0006-wal-shipping-and-table-backups.md). Objects only
-        older mirrors named are deleted afterwards (``_collect_dead_objects``)."""
-        cloud = self._cloud
-        assert cloud is not None
-        v = self._version
-        files = [(lvl, f) for lvl, f in v.files() if f.tier == CLOUD]
-        log_number = None
-        if self._shipping != "off":
-            files += [(lvl, self._backup(f)) for lvl, f in v.files() if f.tier == LOCAL]
-            log_number = self._log_number
-        cloud.publish_mirror(files, num_levels=v.num_levels, last_seq=self._seq,
-                             next_file=self._next_file, log_number=log_number)
+        """Publish the current version (``_version_lock`` held, or during open): a mirror
+        naming its cloud tables and, with WAL shipping, its local tables' backups (see
+        publication.py). Raises FencedError if another writer took over."""
+        assert self._pub is not None
+        self._pub.publish(self._version, log_number=self._log_number, last_seq=self._seq,
+                          next_file=self._next_file)
         self._backup_wanted = False
-        dead, self._retired_backups = self._retired_backups, []
-        self._dead_objects += [(key, n, _no_reader) for key, n in dead]
-        if log_number is not None:
-            self._wal_retire_below = log_number
-
-    def _backup(self, f: FileMeta) -> FileMeta:
-        """The backup of local table ``f`` (uploaded now if it has none yet)."""
-        assert self._cloud is not None
-        epoch = self._backups.get(f.number)
-        if epoch is None:
-            epoch = self._cloud.epoch
-            b = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq,
-                         None, LOCAL, epoch)
-            self._cloud.upload(os.path.join(self.path, filenames.table_name(f.number)),
-                               b.object_key)
-            self._backups[f.number] = epoch
-            self._stats["backup_uploads"] = self._stats.get("backup_uploads", 0) + 1
-            self._stats["backup_bytes"] = self._stats.get("backup_bytes", 0) + f.size
-            return b
-        return FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq,
-                        None, LOCAL, epoch)
-
-    def _retire_backup(self, f: FileMeta) -> None:
-        """``f`` left the version: its backup goes once a mirror without it is out."""
-        epoch = self._backups.pop(f.number, None)
-        if epoch is not None:
-            key = FileMeta(f.number, 0, b"", b"", 0, 0, None, LOCAL, epoch).object_key
-            self._retired_backups.append((key, f.number))
 
     def _upload_table(self, f: FileMeta) -> FileMeta:
         """Copy the local table ``f`` to the object store (a trivial move into a cloud
         level); return its cloud FileMeta with an open reader."""
-        assert self._cloud is not None
-        backup = self._backups.pop(f.number, None)  # its backup already is that object
-        cf = FileMeta(f.number, f.size, f.smallest, f.largest, f.min_seq, f.max_seq, None,
-                      CLOUD, self._cloud.epoch if backup is None else backup)
-        if backup is None:
-            path = os.path.join(self.path, filenames.table_name(f.number))
-            self._cloud.upload(path, cf.object_key)
+        assert self._pub is not None
+        cf = self._pub.cloud_copy(f)
         self._meta_cache.put(f.number, f.table.meta())
         cf.table = self._open_table(cf)
         return cf
 
-    def _hot_ranges(self, c: Compaction) -> list[tuple[bytes, bytes, int]]:
-        """Key ranges ``[lo, hi]`` of the inputs' hot blocks, with a heat: the block's
-        hits in the data cache, or 1 for a block in the block cache hit since its last
-        sweep (read more than once). Compaction-aware caching keeps these ranges cached
-        in the output, the hottest first."""
-        ranges = []
-        dc = self._data_cache
-        for _, f in c.inputs:
-            t = f.table
-            heat = {i: 1 for i, b in enumerate(t.blocks) if b is not None and t.refs[i]}
-            if f.tier == CLOUD:
-                for i in dc.hot_blocks(f.number):
-                    heat[i] = max(heat.get(i, 0), dc.hotness(f.number, i), 1)
-            for i, h in heat.items():  # block i holds keys in (index_keys[i-1], index_keys[i]]
-                ranges.append((t.index_keys[i - 1] if i else f.smallest, t.index_keys[i], h))
-        return ranges
-
-    def _fill_cache(self, fills: list[tuple[int, Table, str | None]],
-                    hot: list[tuple[bytes, bytes, int]]) -> None:
-        """Warm the data cache with the new cloud tables, from bytes we have locally (no
-        fetch): first the blocks overlapping ``hot`` ranges, hottest first, up to three
-        quarters of the cache (forcing more would evict the hottest ones it just put
-        in); then any others while the cache has spare room, evicting nothing."""
-        heat: dict[tuple[int, int], int] = {}
-        for number, t, _ in fills:
-            keys = t.index_keys
-            for lo, hi, h in hot:
-                # output block j holds (keys[j-1], keys[j]]: those meeting [lo, hi]
-                for j in range(bisect_left(keys, lo), min(bisect_left(keys, hi) + 1, len(keys))):
-                    if heat.get((number, j), 0) < h:
-                        heat[(number, j)] = h
-        tables = {number: t for number, t, _ in fills}
-        dc = self._data_cache
-        budget = dc.capacity * 3 // 4
-        filled = 0
-        for (number, j), _ in sorted(heat.items(), key=lambda kv: -kv[1]):
-            data = tables[number]._fetch(j)
-            if len(data) > budget:
-                break
-            budget -= len(data)
-            filled += dc.put(number, j, data, force=True)
-        for number, t, _ in fills:  # spare room takes the rest
-            for j in range(t.nblocks):
-                if (number, j) not in heat:
-                    if not dc.put(number, j, t._fetch(j), if_room=True):
-                        break
-                    filled += 1
-        self._stats["cache_fills_by_compaction"] += filled
-
-    def _retire_object(self, f: FileMeta) -> None:
-        """Delete ``f``'s object once no reader holds its table (old versions in use).
-        Its cached blocks go now: a straggling reader can fetch again."""
-        self._data_cache.drop_table(f.number)
-        self._dead_objects.append((f.object_key, f.number, weakref.ref(f.table)))
-
     def _collect_dead_objects(self, force: bool = False) -> None:
-        """Delete the objects no mirror names any more: retired tables no reader holds
-        (all of them with ``force``), and WAL objects of segments in tables."""
-        shipper, cloud = self._shipper, self._cloud
-        if shipper is not None and cloud is not None and self._wal_retire_below:
-            old = shipper.shipped_segments_below(self._wal_retire_below)
-            if old:
-                shipper.forget(cloud.delete_wal(old))
-        if not self._dead_objects:
-            return
-        keep = []
-        for key, number, ref in self._dead_objects:
-            if force or ref() is None:
-                try:
-                    self._cloud.delete(key)  # type: ignore[union-attr]
-                except Error:
-                    keep.append((key, number, ref))  # retry later
-                    continue
-                self._data_cache.drop_table(number)
-                self._meta_cache.delete(number)
-            else:
-                keep.append((key, number, ref))
-        self._dead_objects = keep
-
-    def _collect_garbage_objects(self) -> None:
-        """Delete table objects no version names (a crashed compaction's uploads, or a
-        fenced writer's). Only after this writer's first publish: from then on no older
-        writer can make the mirror name them."""
-        assert self._cloud is not None
-        live = {f.object_key for _, f in self._version.files() if f.tier == CLOUD} | {
-            FileMeta(n, 0, b"", b"", 0, 0, None, LOCAL, e).object_key
-            for n, e in self._backups.items()}
-        for key in self._cloud.table_keys():
-            if key not in live:
-                self._cloud.delete(key)
-        numbers = {f.number for _, f in self._version.files() if f.tier == CLOUD}
-        for n in self._meta_cache.numbers():
-            if n not in numbers:
-                self._meta_cache.delete(n)
+        """Delete the objects no mirror names any more (publication.py)."""
+        if self._pub is not None:
+            self._pub.collect(force)
 
     def _fail(self, e: BaseException) -> None:
         if self._closing:
@@ -1499,8 +1360,8 @@ class DB:
                                                 if cloud_bytes else 0.0),
                     "data_cache": self._data_cache.stats(),
                     "object_store": self._cloud.traffic(),
-                    "objects_waiting_deletion": len(self._dead_objects),
-                    "backed_up_tables": len(self._backups),
+                    "objects_waiting_deletion": len(self._pub.dead),  # type: ignore[union-attr]
+                    "backed_up_tables": len(self._pub.backups),  # type: ignore[union-attr]
                     "wal_shipping": (self._shipper.stats() if self._shipper is not None
                                      else {"mode": "off"}),
                 }
