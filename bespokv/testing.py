@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bespokv.client import AsyncClient, Client
-from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, ShardOverride, Tuning
+from bespokv.config import ClusterConfig, DataletSpec, Limits, NodeConfig, ShardOverride, TlsConfig, Tuning
 from bespokv.datalets import DataletFactory
 
 __all__ = [
@@ -205,6 +205,7 @@ class LocalCluster:
         ports: Sequence[int] | None = None,
         detach: bool = False,
         etcd: int = 0,
+        tls: TlsConfig | None = None,
     ) -> None:
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="bespokv-cluster-")
@@ -229,6 +230,8 @@ class LocalCluster:
             self.etcd = EtcdCluster(Path(self.dir) / "etcd", members=etcd, fast=True)
             self.etcd.detach = detach
             config = config.replace(etcd=tuple(f"{h}:{p}" for h, p in self.etcd.endpoints))
+        if tls is not None:
+            config = config.replace(tls=tls)
         self.config = config.replace(base_dir=self.dir)
         self.config_path = os.path.join(self.dir, "cluster.toml")
         self.config.write(self.config_path)

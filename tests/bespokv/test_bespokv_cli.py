@@ -34,15 +34,19 @@ def bespokv(*args: str, check: bool = True, env: dict | None = None, timeout: fl
 @pytest.mark.slow
 def test_cluster_up_detached_and_quick_commands(tmp_path):
     d = str(tmp_path / "c")
+    state = {"BESPOKV_STATE": str(tmp_path / "last-cluster")}  # where `cluster up` records its --dir
     out = bespokv("cluster", "up", "--nodes", "3", "--replicas", "3", "--mode", "aa-sc", "--datalet", "rocksdb",
-                  "--dir", d, "--detach").stdout
+                  "--dir", d, "--detach", env=state).stdout
     assert "detached" in out
+    by_hand = None
     try:
         cfg = ["--config", os.path.join(d, "cluster.toml")]
         assert bespokv("put", "greeting", "hello world", *cfg).stdout.strip() == "OK"
         assert bespokv("get", "greeting", *cfg).stdout.strip() == "hello world"
         missing = bespokv("get", "nope", *cfg, check=False)
         assert missing.returncode == 1 and "not found" in missing.stderr
+        # Found with no --config: the cluster `cluster up` started last (in its --dir).
+        assert bespokv("get", "greeting", env=state).stdout.strip() == "hello world"
         bespokv("put", "a1", "x", *cfg)
         bespokv("put", "--hex", "6132", "7879", *cfg)  # a2 = xy
         assert bespokv("scan", "a", "b", *cfg).stdout.splitlines() == ["a1\tx", "a2\txy"]
@@ -59,9 +63,34 @@ def test_cluster_up_detached_and_quick_commands(tmp_path):
         assert any(sh["shard"] == 0 for n in status["nodes"] for sh in n["shards"]), status
         again = bespokv("cluster", "up", "--dir", d, "--detach", check=False)
         assert again.returncode == 3 and "already running" in again.stderr
+        # A node killed and restarted by hand (not in the recorded pids) ...
+        n1 = next(n for n in status["nodes"] if n["id"] == "n1")
+        os.kill(int(n1["pid"]), signal.SIGKILL)
+        e = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+        by_hand = subprocess.Popen(
+            [sys.executable, "-m", "bespokv", "node", *cfg, "--node", "n1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=e, start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            st = json.loads(bespokv("status", "--json", *cfg).stdout)
+            if any(n["id"] == "n1" and n["up"] and int(n["pid"]) == by_hand.pid for n in st["nodes"]):
+                break
+            assert time.monotonic() < deadline, "the node restarted by hand did not come up"
+            time.sleep(0.2)
     finally:
-        down = bespokv("cluster", "down", "--dir", d)
+        down = bespokv("cluster", "down", env=state)  # ... is stopped too
+        if by_hand is not None and by_hand.poll() is None:
+            try:
+                by_hand.wait(30)
+            except subprocess.TimeoutExpired:
+                by_hand.kill()
+                by_hand.wait(10)
+                raise AssertionError("cluster down left the node restarted by hand running") from None
     assert "stopped" in down.stdout
+    assert by_hand is not None and by_hand.returncode == 0  # a clean SIGTERM stop
+    nothing = bespokv("cluster", "down", "--dir", d, check=False)
+    assert nothing.returncode == 1 and "no running cluster" in nothing.stderr
     bad = bespokv("get", "greeting", "--config", os.path.join(d, "cluster.toml"), "--timeout", "1", check=False)
     assert bad.returncode == 3 and "UNAVAILABLE" in bad.stderr
 
@@ -115,9 +144,36 @@ def test_no_cluster_given(tmp_path, monkeypatch, capsys):
 
     monkeypatch.delenv("BESPOKV_CONFIG", raising=False)
     monkeypatch.delenv("BESPOKV_ADDR", raising=False)
+    monkeypatch.setenv("BESPOKV_STATE", str(tmp_path / "no-last-cluster"))
     monkeypatch.setattr(cli, "DEFAULT_DIR", str(tmp_path / "none"))
-    with pytest.raises(SystemExit, match="no cluster given"):
-        cli.main(["get", "k"])
+    assert cli.main(["get", "k"]) == 2  # usage, not "not found" (1) nor a cluster error (3)
+    assert "no cluster given" in capsys.readouterr().err
+    assert cli.main(["get", "k", "--dir", str(tmp_path / "elsewhere")]) == 2
+    assert cli.main(["cluster", "down"]) == 1  # nothing running there
+    assert cli.main(["put", "--hex", "zz", "00", "--addr", "127.0.0.1:1"]) == 2
+    assert "not hex" in capsys.readouterr().err
+
+
+def test_cluster_up_tls_flags(tmp_path, capsys):
+    from bespokv import cli
+    from bespokv.config import load
+
+    cert, key, ca = (tmp_path / n for n in ("node.pem", "node.key", "ca.pem"))
+    for f in (cert, key, ca):
+        f.write_text("-")
+    args = cli.build_parser().parse_args(
+        ["cluster", "up", "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca), "--tls-mutual"]
+    )
+    tls = cli._tls(args)
+    assert tls is not None and tls.cert == str(cert) and tls.ca == str(ca) and tls.mutual
+    cluster = LocalCluster(2, replicas=2, tls=tls)
+    try:
+        assert load(cluster.config_path).tls == tls  # nodes and clients read it from the config
+    finally:
+        cluster.cleanup()
+    for bad in (["--tls-cert", str(cert)], ["--tls-ca", str(ca)], ["--tls-cert", str(cert), "--tls-key", str(tmp_path / "x")]):
+        assert cli.main(["cluster", "up", "--dir", str(tmp_path / "c"), *bad]) == 2
+    assert "TLS needs both" in capsys.readouterr().err
 
 
 def test_render_status():
