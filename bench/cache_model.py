@@ -70,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="bytes charged per cached block (default 4105: a 4 KiB block of "
                         "the benchmark's records)")
     p.add_argument("--rows-per-block", type=int, default=29)
+    p.add_argument("--row-overhead", type=int, default=None,
+                   help="bytes charged per row on top of key and value (default: the row "
+                        "cache's ROW_OVERHEAD; 0 charges rows as blocks are, payload only)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     cfg = StreamConfig(CORE_WORKLOADS[args.workload], args.records, args.ops, 1, None, 24,
@@ -80,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A fully compacted table: blocks of consecutive keys in key order.
     loaded = sorted(cfg.key_space().keys(np.arange(args.records)))
     blocks = [bisect_left(loaded, k) // args.rows_per_block for k in keys]
-    row_bytes = 24 + 100 + ROW_OVERHEAD
+    row_bytes = 24 + 100 + (ROW_OVERHEAD if args.row_overhead is None else args.row_overhead)
     print(f"workload {args.workload.upper()}: {len(keys):,} keyed operations, cache "
           f"{args.cache_size / 2**20:.0f} MiB, rows charged {row_bytes} B, blocks "
           f"{args.block_bytes} B")

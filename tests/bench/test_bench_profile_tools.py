@@ -1,0 +1,34 @@
+"""The profiling programs run end to end at a tiny size and print what they promise."""
+
+from __future__ import annotations
+
+import re
+
+from bench.cache_model import main as cache_model_main
+from bench.cache_model import simulate
+from bench.profile import main as profile_main
+
+
+def test_simulate_counts_hits_and_misses_of_both_caches():
+    # keys 1, 2 share block 0; key 3 is block 1. Row cache of one row, block cache of one.
+    keys = [b"1", b"1", b"2", b"3", b"2"]
+    blocks = [0, 0, 0, 1, 0]
+    assert simulate(keys, blocks, 1, 1) == (1, 1, 3)  # row hit, block hit, 3 misses
+    assert simulate(keys, blocks, 0, 2) == (0, 3, 2)
+
+
+def test_cache_model_prints_one_line_per_share(capsys):
+    assert cache_model_main(["--records", "3000", "--ops", "3000", "--shares", "0,50",
+                             "--cache-size", "64KiB"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\s+\d+%", line)]
+    assert len(rows) == 2 and rows[0].split()[3] == "0.0%"  # no row cache, no row hits
+
+
+def test_profile_runs_a_phase_and_prints_the_profile(capsys):
+    assert profile_main(["--workload", "b", "--records", "2000", "--ops", "2000",
+                         "--cache-size", "64KiB", "--top", "5",
+                         "--opt", "background_processes=false"]) == 0
+    out = capsys.readouterr().out
+    assert "workload B: 2,000 operations" in out and "function calls" in out
+    assert re.search(r"block_cache: [\d.]+% of", out)
