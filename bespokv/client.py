@@ -327,8 +327,9 @@ class AsyncClient:
         the RPC has that deadline too, and this one makes sure no wait for a batch (a bug in
         the batching, a batch cancelled by :meth:`_install`) outlives the call's timeout."""
         try:
-            return await asyncio.wait_for(self._batcher(node, write).submit(op), self.timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.timeout):  # not wait_for: no task per call
+                return await self._batcher(node, write).submit(op)
+        except TimeoutError:
             raise DeadlineExceededError(f"{node}: no answer within {self.timeout:g} s (outcome unknown)") from None
 
     def _epoch_md(self) -> tuple[tuple[str, str], ...]:
