@@ -1362,6 +1362,8 @@ class DB:
                     "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._pub.dead),  # type: ignore[union-attr]
                     "backed_up_tables": len(self._pub.backups),  # type: ignore[union-attr]
+                    # local tables made since the last publish (WAL shipping on)
+                    "publish_pending": self._backup_wanted and self._shipping != "off",
                     "wal_shipping": (self._shipper.stats() if self._shipper is not None
                                      else {"mode": "off"}),
                 }

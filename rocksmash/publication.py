@@ -117,7 +117,7 @@ class Publication:
         them with ``force``), and WAL objects of segments in tables."""
         shipper = self.shipper
         if shipper is not None and self._wal_below:
-            old = shipper.shipped_segments_below(self._wal_below)
+            old = shipper.covered(self._wal_below)
             if old:
                 shipper.forget(self.cloud.delete_wal(old))
         keep = []

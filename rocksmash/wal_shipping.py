@@ -93,6 +93,8 @@ class WalShipper:
         self._started = time.monotonic()
         #: WAL data objects in the bucket that this writer knows of: number -> segment.
         self.objects = dict(objects)
+        #: Segments below this are in tables a published mirror names: not needed.
+        self._covered_below = 0
         self._shipped_objects = 0
         self._shipped_bytes = 0
         #: When the oldest record not yet shipped was first seen (None: nothing waits).
@@ -193,9 +195,13 @@ class WalShipper:
         """The oldest unshipped range: its segment and end (``_cv`` held)."""
         while self._segments:
             s = self._segments[0]
-            if s.sealed_end is not None and s.shipped >= s.sealed_end:
-                os.close(s.fd)  # complete and shipped
+            done = s.sealed_end is not None and s.shipped >= s.sealed_end
+            if done or (s.wal.number < self._covered_below and s.retry_end is None):
+                # complete and shipped, or in tables the bucket has: nothing to ship
+                os.close(s.fd)
                 self._segments.popleft()
+                self._position = max(self._position, (s.wal.number, s.end))
+                self._cv.notify_all()
                 continue
             if s.retry_end is not None:
                 return s, s.retry_end
@@ -269,15 +275,23 @@ class WalShipper:
             seg.shipped = end
             seg.retry_end = None
             self._position = (w.number, end)
-            self.objects[n] = w.number
+            covered = w.number < self._covered_below
+            if not covered:
+                self.objects[n] = w.number
             self._shipped_objects += 1
             self._shipped_bytes += len(data)
             self._unshipped_since = None
             self._cv.notify_all()
+        if covered:  # retired while it was in flight: not needed, and no one else knows it
+            self._cloud.delete_wal([n])
 
-    def shipped_segments_below(self, log_number: int) -> list[int]:
-        """Numbers of the known WAL data objects of segments before ``log_number``."""
+    def covered(self, log_number: int) -> list[int]:
+        """A published mirror has every write of the segments before ``log_number`` in
+        its tables: they need no more shipping. Returns the numbers of their WAL objects,
+        for the caller to delete (then :meth:`forget`)."""
         with self._cv:
+            self._covered_below = max(self._covered_below, log_number)
+            self._cv.notify_all()
             return [n for n, s in self.objects.items() if s < log_number]
 
     def forget(self, numbers: list[int]) -> None:
