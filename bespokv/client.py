@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from bespokv import opcodec
 from bespokv.batcher import AutoBatcher
 from bespokv.config import ClusterConfig, Limits, TlsConfig, load
 from bespokv.errors import (
@@ -338,21 +339,7 @@ class AsyncClient:
         return tuple(self._md or ()) + ((EPOCH_HEADER, str(self._shard_map().epoch)),)
 
     async def _unary(self, node: str, op: pb.Op) -> pb.OpResult:
-        kv = self._kv(node)
-        kind = op.WhichOneof("op")
-        t, md = self.timeout, self._epoch_md()
-        ok = pb.OpStatus(code=0)
-        if kind == "get":
-            return pb.OpResult(status=ok, get=await kv.Get(op.get, timeout=t, metadata=md))
-        if kind == "put":
-            await kv.Put(op.put, timeout=t, metadata=md)
-        elif kind == "delete":
-            await kv.Delete(op.delete, timeout=t, metadata=md)
-        elif kind == "batch":
-            await kv.Batch(op.batch, timeout=t, metadata=md)
-        elif kind == "cas":
-            return pb.OpResult(status=ok, cas=await kv.CompareAndSet(op.cas, timeout=t, metadata=md))
-        return pb.OpResult(status=ok)
+        return await opcodec.call_unary(self._kv(node), op, timeout=self.timeout, metadata=self._epoch_md())
 
     def _may_retry(self, err: Error, write: bool) -> bool:
         if isinstance(err, (OverloadedError, WrongShardError)) or err.applied is False:

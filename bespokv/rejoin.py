@@ -36,7 +36,8 @@ import logging
 from collections.abc import Callable
 
 from bespokv.config import Tuning
-from bespokv.controlets.shipping import ReplicatedStore, pull
+from bespokv.controlets.catchup import pull
+from bespokv.controlets.replstore import ReplicatedStore
 from bespokv.coordinator import Coordinator
 from bespokv.datalets.worker import DataletWorker
 from bespokv.peers import PeerPool

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bespokv import versioned
-from bespokv.controlets.shipping import FORMAT_KEY, POSITION_KEY, decode_position
+from bespokv.controlets.replstore import FORMAT_KEY, POSITION_KEY, decode_position
 from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
 
 __all__ = ["FORMAT_KEY", "PLAIN", "VERSIONED", "form_of_mode", "stored_form", "open_for", "merge_newer", "to_plain"]

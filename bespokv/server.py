@@ -6,10 +6,8 @@ coordinator's shard map), and serves four services on one port: ``bespokv.v1.KV`
 ``grpc.health.v1.Health``.
 
 Any node accepts any KV request: it validates it, finds the key's shard, and either runs
-it (it hosts the replica that must serve it) or forwards it to the node that must. A
-forwarded request carries a hop count; a node does not forward a request that has already
-been forwarded twice (FAILED_PRECONDITION), so disagreeing shard maps cannot loop.
-Forwarded single operations ride in batched ``Multi`` calls.
+it (it hosts the replica that must serve it) or forwards it to the node that must
+(forwarding.py: batched, with a hop limit).
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from bespokv import representation
-from bespokv.batcher import AutoBatcher
+from bespokv import opcodec, representation
 from bespokv.config import ClusterConfig, Limits
 from bespokv.controlets import ShardContext, make_controlet
 from bespokv.controlets.base import Controlet
@@ -41,15 +38,14 @@ from bespokv.errors import (
     UnavailableError,
     WrongShardError,
     from_exception,
-    from_status,
-    status_code,
 )
+from bespokv.forwarding import HOPS_HEADER, Forwarder, check_hops, hops_of
 from bespokv.hlc import HybridClock
 from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.rejoin import rejoin
-from bespokv.routing import EPOCH_HEADER, read_node, write_node
+from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
 from bespokv.service import check_stream, generic_handler
 from bespokv.shardmap import ShardInfo, ShardMap, node_number, writer_id
@@ -58,8 +54,6 @@ __all__ = ["Node"]
 
 log = logging.getLogger(__name__)
 
-HOPS_HEADER = "x-bespokv-hops"
-MAX_HOPS = 2
 #: Seconds a node with an older map than a request's waits for its watch to catch up.
 EPOCH_WAIT = 1.0
 
@@ -68,19 +62,7 @@ _REQUEST_EPOCH: contextvars.ContextVar[int] = contextvars.ContextVar("bespokv_re
 
 
 def _hops(context: grpc.aio.ServicerContext) -> int:
-    hops = 0
-    epoch = 0
-    for k, v in context.invocation_metadata() or ():
-        if k == HOPS_HEADER:
-            try:
-                hops = int(v)
-            except ValueError:
-                hops = MAX_HOPS
-        elif k == EPOCH_HEADER:
-            try:
-                epoch = int(v)
-            except ValueError:
-                epoch = 0
+    hops, epoch = hops_of(context.invocation_metadata())
     _REQUEST_EPOCH.set(epoch)
     return hops
 
@@ -116,7 +98,6 @@ class Node:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.health = health.aio.HealthServicer()
-        self._forwarders: dict[str, AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._stopping = False
         self._map_lock = asyncio.Lock()
         #: set (and replaced) whenever the coordinator installs a new map (WatchShardMap)
@@ -127,6 +108,10 @@ class Node:
         self._home = ShardMap.from_config(config)
         self._rejoining: set[int] = set()
         self.peers: PeerPool
+        self.forwarder: Forwarder
+        self._handlers: opcodec.Handlers = {
+            "get": self.do_get, "put": self.do_put, "delete": self.do_delete, "batch": self.do_batch, "cas": self.do_cas,
+        }
 
     @property
     def shard_map(self) -> ShardMap:
@@ -185,6 +170,9 @@ class Node:
         # Nodes call each other with the peer token when there is one (see security.py).
         peer_token = self.config.peer_token or self.config.token
         self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits)
+        self.forwarder = Forwarder(
+            self.peers, timeout=self.config.tuning.request_timeout * 2, epoch=lambda: self.shard_map.epoch
+        )
         for info in smap.shards_of(self.node_id):
             self._open_replica(info)
 
@@ -249,8 +237,7 @@ class Node:
                 log.warning("stopping controlet of shard %s: %r", c.ctx.shard_id, exc)
         if self.server is not None:
             await self.server.stop(grace)
-        for b in self._forwarders.values():
-            b.close()
+        self.forwarder.close()
         await self.peers.close()
         for w in self.workers.values():
             try:
@@ -460,36 +447,9 @@ class Node:
             raise WrongShardError(f"node {self.node_id} has no replica of shard {info.id} ({what})")
         return c
 
-    def _forwarder(self, node: str, hops: int, write: bool) -> AutoBatcher[pb.Op, pb.OpResult]:
-        # Reads and writes in separate batches: a read must not wait in a Multi whose
-        # writes wait for a broken chain.
-        key = f"{node}/{hops}/{'w' if write else 'r'}"
-        b = self._forwarders.get(key)
-        if b is None:
-            md = tuple(self.peers.metadata or ()) + ((HOPS_HEADER, str(hops + 1)),)
-
-            async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
-                resp = await self.peers.kv(node).Multi(
-                    pb.MultiRequest(ops=ops),
-                    timeout=self.config.tuning.request_timeout * 2,
-                    metadata=md + ((EPOCH_HEADER, str(self.shard_map.epoch)),),
-                )
-                return list(resp.results)
-
-            b = self._forwarders[key] = AutoBatcher(send, max_batch=512, max_inflight=2)
-        return b
-
     async def _forward(self, node: str, op: pb.Op, hops: int) -> pb.OpResult:
-        if hops >= MAX_HOPS:
-            raise WrongShardError(f"request forwarded {hops} times and still not at its node; shard maps disagree")
         self.counters["forwarded"] += 1
-        try:
-            res = await self._forwarder(node, hops, op.WhichOneof("op") != "get").submit(op)
-        except Exception as exc:  # mapped
-            raise rpc_error(exc, f"forwarding to {node}") from exc
-        if res.status.code:
-            raise from_status(status_code(res.status.code), res.status.message)
-        return res
+        return await self.forwarder.forward(node, op, hops)
 
     # -- operations (shared by the unary RPCs and Multi) ----------------------------------------
 
@@ -510,7 +470,7 @@ class Node:
     def prepare_write(self, op: pb.Op) -> tuple[ShardInfo, list[Op], pb.Op]:
         """Validate a put/delete/batch: its shard, its datalet ops, and the request to
         forward (with the shard filled in). Raises for bad requests."""
-        kind = op.WhichOneof("op")
+        kind = opcodec.kind_of(op)
         if kind == "put":
             req = op.put
             self.check_key(req.key)
@@ -558,7 +518,7 @@ class Node:
             await self._forward(target, fwd, hops)
         else:
             await self._local(info, "write").write(ops)
-        self.counters[op.WhichOneof("op")] += 1
+        self.counters[opcodec.kind_of(op)] += 1
 
     async def do_put(self, req: pb.PutRequest, hops: int) -> pb.PutResponse:
         await self._write(pb.Op(put=req), hops)
@@ -592,21 +552,8 @@ class Node:
         return pb.CasResponse(succeeded=ok, found=cur is not None, current=cur or b"")
 
     async def do_op(self, op: pb.Op, hops: int) -> pb.OpResult:
-        kind = op.WhichOneof("op")
         try:
-            if kind == "get":
-                return pb.OpResult(status=pb.OpStatus(code=0), get=await self.do_get(op.get, hops))
-            if kind == "put":
-                await self.do_put(op.put, hops)
-            elif kind == "delete":
-                await self.do_delete(op.delete, hops)
-            elif kind == "batch":
-                await self.do_batch(op.batch, hops)
-            elif kind == "cas":
-                return pb.OpResult(status=pb.OpStatus(code=0), cas=await self.do_cas(op.cas, hops))
-            else:
-                raise InvalidArgumentError("empty operation in a Multi request")
-            return pb.OpResult(status=pb.OpStatus(code=0))
+            return await opcodec.dispatch(self._handlers, op, hops)
         except Exception as exc:  # reported per op
             return self._error_result(exc)
 
@@ -700,8 +647,7 @@ class Node:
             async for chunk in self._local(info, "scan").scan(start, end, reverse=req.reverse, limit=limit):
                 yield chunk
             return
-        if hops >= MAX_HOPS:
-            raise WrongShardError("scan forwarded too many times; shard maps disagree")
+        check_hops(hops, "scan")
         md = tuple(self.peers.metadata or ()) + ((HOPS_HEADER, str(hops + 1)),)
         fwd = pb.ScanRequest()
         fwd.CopyFrom(req)

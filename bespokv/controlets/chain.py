@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 
 from bespokv.controlets.base import ShardContext
 from bespokv.controlets.masterslave import MasterSlaveControlet
-from bespokv.controlets.shipping import Link
+from bespokv.controlets.link import Link
 from bespokv.controlets.scanning import local_scan_chunks
 from bespokv.datalets.base import Op
 from bespokv.errors import DeadlineExceededError, OverloadedError, UnavailableError, WrongShardError

@@ -1,7 +1,7 @@
 """The part of the two master-slave controlets that does not depend on consistency.
 
 Roles: the first replica of a shard is the head (chain) / master (primary-backup); it
-numbers writes and feeds its downstream replicas through :class:`~shipping.Link` streams.
+numbers writes and feeds its downstream replicas through :class:`~link.Link` streams.
 The others receive a stream (``on_replicate``) and, in a chain, feed the next one.
 
 Start-up:
@@ -27,7 +27,9 @@ import grpc
 
 from bespokv import representation
 from bespokv.controlets.base import Controlet, ShardContext
-from bespokv.controlets.shipping import CatchUp, Link, ReplicatedStore, apply_message, feed, pull
+from bespokv.controlets.catchup import CatchUp, apply_message, feed, pull
+from bespokv.controlets.link import Link
+from bespokv.controlets.replstore import ReplicatedStore
 from bespokv.errors import Error, FencedError, UnavailableError, WrongShardError, from_exception
 from bespokv.datalets.base import RESERVED_PREFIX
 from bespokv.proto import bespokv_pb2 as pb

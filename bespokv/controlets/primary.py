@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator
 from bespokv.controlets.base import ShardContext
 from bespokv.controlets.masterslave import MasterSlaveControlet
 from bespokv.controlets.scanning import local_scan_chunks
-from bespokv.controlets.shipping import Link
+from bespokv.controlets.link import Link
 from bespokv.datalets.base import Op
 from bespokv.errors import OverloadedError, UnavailableError, WrongShardError
 from bespokv.proto import bespokv_pb2 as pb

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bespokv import errors, versioned
 from bespokv.batcher import AutoBatcher
 from bespokv.config import ClusterConfig, Limits, Tuning, dump_toml, load, normalize_mode
-from bespokv.controlets.shipping import ReplicationLog, Restart
+from bespokv.controlets.replog import ReplicationLog, Restart
 from bespokv.hashring import HashRing
 from bespokv.hlc import HybridClock, physical_ms
 from bespokv.routing import read_node, write_node

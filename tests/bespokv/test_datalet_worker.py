@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bespokv.controlets.shipping import POSITION_KEY, ReplicatedStore
+from bespokv.controlets.replstore import POSITION_KEY, ReplicatedStore
 from bespokv.config import Tuning
 from bespokv.datalets.memory import MemoryDatalet
 from bespokv.datalets.worker import DataletWorker

@@ -101,7 +101,7 @@ def test_a_promoted_replica_reports_the_entries_it_saw_the_old_master_number():
     """Unit level: a replica that applied entries 1..3 from a master that said it was at
     50 reports, once promoted, that at least 47 entries are lost."""
     from bespokv.controlets import ShardContext, make_controlet
-    from bespokv.controlets.shipping import CatchUp, apply_message, entries_message
+    from bespokv.controlets.catchup import CatchUp, apply_message, entries_message
     from bespokv.datalets.memory import MemoryDatalet
     from bespokv.datalets.worker import DataletWorker
     from bespokv.peers import PeerPool
