@@ -285,6 +285,7 @@ class DB:
         self.db_id = db_id
         levels: list[list[FileMeta]] = [[] for _ in range(self.options.num_levels)]
         log_number, next_file, last_seq = 0, 2, 0
+        rebuilt_from: int | None = None  # rebuilt from the bucket: the WAL replayed from
         if state is not None:
             if state.version.num_levels != self.options.num_levels:
                 raise InvalidArgumentError(
@@ -315,7 +316,7 @@ class DB:
                     self._pub.backups[f.number] = f.epoch  # type: ignore[union-attr]
             next_file, last_seq = int(mirror["next_file"]), int(mirror["last_seq"])
             if mirror.get("log_number") is not None:
-                log_number = int(mirror["log_number"])
+                log_number = rebuilt_from = int(mirror["log_number"])
                 segs, nbytes = write_segments(self.path, wal_objects, log_number)
                 self._stats["restored_wal_segments"] = segs
                 self._stats["restored_wal_bytes"] = nbytes
@@ -344,6 +345,7 @@ class DB:
             "drop_damaged_tail": self._drop_damaged_tail} for h in headers])
         self._stats["recovery_seconds"] = time.monotonic() - started
         torn_before: int | None = None  # a segment that lost its tail, then writes after it
+        replayed: set[int] = set()  # tables of the segments replayed
         for header, result in zip(headers, results):
             number = header.number
             self._stats["recovered_segments"] += 1
@@ -363,6 +365,7 @@ class DB:
                              info.min_seq, info.max_seq)
                 levels[0].append(f)
                 live.add(f.number)
+                replayed.add(f.number)
         for f in (f for lvl in levels for f in lvl):
             f.table = self._open_table(f)
         version = Version(levels)
@@ -386,9 +389,17 @@ class DB:
                 self._shipper.add_segment(self._wal)
                 assert self._pub is not None
                 self._pub.shipper = self._shipper
-            # Uploads the backups of the local tables (the replayed ones too), then
-            # publishes. From here on, any older writer is fenced.
-            self._publish_mirror()
+            # From here on, any older writer is fenced. A rebuild's replayed tables come
+            # from WAL objects that are in the bucket: the compaction thread uploads them
+            # soon, the open does not wait for that. After a crash, the replayed segments
+            # may hold records never shipped: their tables are uploaded before the publish.
+            assert self._pub is not None
+            if rebuilt_from is not None and replayed:
+                self._pub.publish(version, log_number=rebuilt_from, last_seq=last_seq,
+                                  next_file=self._next_file, unpublished=frozenset(replayed))
+                self._backup_wanted = True
+            else:
+                self._publish_mirror()
             if self._shipper is None:  # nothing in the bucket refers to WAL objects now
                 cloud.delete_wal([o.number for o in wal_objects])
             assert self._pub is not None
