@@ -140,6 +140,29 @@ class EtcdCluster:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values() if p.poll() is None]
 
+    def leader(self) -> str | None:
+        """The name of the member that says it leads (etcd's JSON gateway,
+        ``/v3/maintenance/status``), or None when no running member knows one."""
+        for name, port in zip(self.names, self.client_ports):
+            if name not in self.procs or self.procs[name].poll() is not None:
+                continue
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/v3/maintenance/status", data=b"{}", method="POST")
+                with _NO_PROXY.open(req, timeout=2) as r:
+                    body = json.loads(r.read() or b"{}")
+            except (OSError, ValueError):
+                continue
+            if body.get("leader") and body.get("header", {}).get("member_id") == body["leader"]:
+                return name
+        return None
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one member and reap it (a fault test)."""
+        p = self.procs[name]
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+
     def stop(self, grace: float = 10.0) -> None:
         """Stop the members one at a time by pid: SIGTERM, SIGKILL after ``grace`` seconds.
 
