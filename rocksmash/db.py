@@ -1101,10 +1101,12 @@ class DB:
     def _publish_backups(self) -> None:
         """Publish a mirror with the local tables that flushes and local compactions made
         since the last one (uploading their backups), so WAL objects can go."""
-        assert self._cloud is not None
-        with self._version_lock:
-            self._log_edit(VersionEdit(mirror_gen=self._cloud.generation + 1))
-            self._publish_mirror()
+        assert self._cloud is not None and self._pub is not None
+        with self._compaction_mutex:  # no compaction changes the backups meanwhile
+            self._pub.upload_missing(self._version)  # flushes go on during the uploads
+            with self._version_lock:
+                self._log_edit(VersionEdit(mirror_gen=self._cloud.generation + 1))
+                self._publish_mirror()
 
     def _check_epoch(self) -> None:
         """FencedError if another writer has claimed the prefix. An unreachable store

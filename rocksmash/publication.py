@@ -81,6 +81,19 @@ class Publication:
         if self.backups_on:
             self._wal_below = log_number
 
+    def upload_missing(self, v: Version) -> None:
+        """Upload the backups ``v``'s local tables lack, before taking the version lock
+        to publish (so flushes are not held up by uploads). A table compacted away
+        meanwhile is skipped (its file is gone)."""
+        if not self.backups_on:
+            return
+        for _, f in v.files():
+            if f.tier == LOCAL and f.number not in self.backups:
+                try:
+                    self.backup(f)
+                except FileNotFoundError:
+                    pass
+
     def backup(self, f: FileMeta) -> FileMeta:
         """The backup of local table ``f`` (uploaded now if it has none yet)."""
         epoch = self.backups.get(f.number)
