@@ -512,31 +512,48 @@ class CloudTier:
     def ship_wal(self, header: dict[str, Any], records: bytes) -> int:
         """Create the next ``wal/`` object with ``records``; return its number.
 
-        FencedError if a newer writer's fence holds that number. A failed PUT may have
-        landed anyway: retrying the same call finds its own bytes there and succeeds.
+        FencedError if a newer writer holds that number (its fence). A failed PUT may have
+        landed anyway: retrying the same call finds its own bytes there and succeeds. The
+        fence of an *older* writer there (one that lost a race to open after this one had
+        claimed its fence; its open then fails) is stepped over.
         """
-        n = self.wal_next
         doc = dict(header, format_version=WAL_OBJECT_FORMAT, kind="records",
                    db_id=self.db_id, epoch=self.epoch)
-        body = WalObject(n, doc, records).encode()
-        try:
-            self.store.put(wal_key(n), body, if_none_match=True)
-        except PreconditionFailedError:
+        body = WalObject(0, doc, records).encode()  # (the number is not in the bytes)
+        while True:
+            n = self.wal_next
             try:
-                theirs = self.store.get(wal_key(n))
-            except NotFoundError:
-                theirs = None
-            except StoreError as e:
-                raise store_errors(f"reading back WAL object {n}", e) from e
-            if theirs != body:
+                self.store.put(wal_key(n), body, if_none_match=True)
+                break
+            except PreconditionFailedError:
+                try:
+                    theirs = self.store.get(wal_key(n))
+                except NotFoundError:
+                    theirs = None
+                except StoreError as e:
+                    raise store_errors(f"reading back WAL object {n}", e) from e
+                if theirs == body:
+                    break
+                if theirs is not None and self._older_fence(n, theirs):
+                    self.wal_next = n + 1
+                    continue
                 raise FencedError(
                     f"another writer has taken over this object-store prefix (it holds WAL "
                     f"object {n}, this writer's next; this writer's epoch is {self.epoch}); "
                     f"this database is now read-only") from None
-        except StoreError as e:
-            raise store_errors(f"shipping WAL object {n}", e) from e
+            except StoreError as e:
+                raise store_errors(f"shipping WAL object {n}", e) from e
         self.wal_next = n + 1
         return n
+
+    def _older_fence(self, number: int, data: bytes) -> bool:
+        """Whether ``data`` is the fence of a writer with an older epoch than this one
+        (recorded, so the mirror keeps it)."""
+        obj = WalObject.decode(number, data)
+        if obj.kind == "fence" and int(obj.header.get("epoch", 0)) < self.epoch:
+            self.wal_fences.add(number)
+            return True
+        return False
 
     def delete_wal(self, numbers: list[int]) -> list[int]:
         """Delete WAL data objects (best effort, several at once: a delete costs a round

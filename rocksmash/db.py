@@ -51,10 +51,10 @@ from .row_cache import RowCache
 from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
-from .wal import WalWriter, read_segment_header
+from .wal import WalWriter, read_segment, read_segment_header
 from .wal_shipping import WalShipper
 from .worker import WorkerPool, shared_pool
-from .write_batch import WriteBatch, encode_batch, ops_within
+from .write_batch import WriteBatch, decode_batch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
@@ -338,6 +338,18 @@ class DB:
                 headers.append(header)
                 next_file = max(next_file, header.table_number + 1)
         started = time.monotonic()
+        restored: list[Memtable] = []  # a rebuild's segments, as sealed memtables
+        if rebuilt_from is not None:
+            # Segments just written back from the bucket (complete, synced): loaded into
+            # memtables, as a writer's own unflushed ones, so the database is readable as
+            # soon as they are parsed; the flush thread turns them into tables after the
+            # open (the same replay of the same segment files, so the same tables).
+            for h in headers:
+                mem, seg_last = self._load_segment(h.number, h.table_number)
+                restored.append(mem)
+                last_seq = max(last_seq, seg_last)
+            self._stats["restored_memtables"] = len(restored)
+            headers = []
         results = self._replay([{
             "segment_path": os.path.join(self.path, filenames.segment_name(h.number)),
             "table_path": os.path.join(self.path, filenames.table_name(h.table_number)),
@@ -373,15 +385,16 @@ class DB:
         self._seq = last_seq
         self._next_file = next_file
         self._mem = Memtable(*self._new_numbers(2))
-        self._imm: list[Memtable] = []
+        self._imm: list[Memtable] = restored[::-1]  # newest first, as sealed ones are
         self._wal = WalWriter(self.path, self._mem.segment, self._mem.table_number,
                               last_seq + 1)
+        oldest_unflushed = restored[0].segment if restored else self._mem.segment
         self._manifest = Manifest.create(self.path, self._take_number(), version,
-                                         log_number=self._mem.segment,
+                                         log_number=oldest_unflushed,
                                          next_file=self._next_file, last_seq=last_seq,
                                          epoch=cloud.epoch if cloud else 0, db_id=db_id,
                                          mirror_gen=cloud.generation + 1 if cloud else 0)
-        self._log_number = self._mem.segment
+        self._log_number = oldest_unflushed
         if cloud is not None:
             if self._shipping != "off":
                 self._shipper = WalShipper(cloud, self._shipping, self.options.wal_ship_interval,
@@ -394,7 +407,7 @@ class DB:
             # soon, the open does not wait for that. After a crash, the replayed segments
             # may hold records never shipped: their tables are uploaded before the publish.
             assert self._pub is not None
-            if rebuilt_from is not None and replayed:
+            if rebuilt_from is not None:
                 self._pub.publish(version, log_number=rebuilt_from, last_seq=last_seq,
                                   next_file=self._next_file, unpublished=frozenset(replayed))
                 self._backup_wanted = True
@@ -406,7 +419,8 @@ class DB:
             self._pub.collect_garbage(self._version)
             self._collect_dead_objects()
         keep = {filenames.manifest_name(self._manifest.number), filenames.segment_name(
-            self._mem.segment)} | {filenames.table_name(n) for n in live}
+            self._mem.segment)} | {filenames.table_name(n) for n in live} | {
+            filenames.segment_name(m.segment) for m in restored}
         for name in names:
             if name in keep or name in (filenames.CURRENT, filenames.LOCK):
                 continue
@@ -443,6 +457,18 @@ class DB:
                 f"{mirror['generation']}) is newer than the local manifest (generation "
                 f"{state.mirror_gen}){why}; move the directory away to reopen from the "
                 f"object store")
+
+    def _load_segment(self, number: int, table_number: int) -> tuple[Memtable, int]:
+        """A memtable holding the records of WAL segment ``number`` (a rebuild's), and
+        the last sequence number in it (0 if none)."""
+        seg = read_segment(os.path.join(self.path, filenames.segment_name(number)))
+        mem = Memtable(number, table_number)
+        last = 0
+        for payload in seg.records:
+            seq, ops = decode_batch(payload)
+            mem.put_batch(ops, seq, -1)
+            last = seq + len(ops) - 1
+        return mem, last
 
     def _open_table(self, f: FileMeta) -> Table:
         """Open the reader of ``f``: a local file, or a cloud object whose metadata comes

@@ -339,3 +339,25 @@ def test_a_damaged_or_missing_wal_object_refuses_the_rebuild(tmp_path):
     store.delete(wal_key(data_objects[0]))  # a hole: the records after it must not apply
     with pytest.raises(CorruptionError, match="missing"):
         rocksmash.open(tmp_path / "c", object_store=url)
+
+
+def test_an_older_writers_late_fence_is_stepped_over_a_newer_ones_fences(tmp_path):
+    """Racing openers: an opener that lost (older epoch) may create its WAL fence after
+    the winner's; the winner steps over it (that opener's own open then fails). A fence of
+    a newer epoch at its next number fences it."""
+    url = f"file://{tmp_path}/bucket/db"
+    store = cloudtier.open_store(url)
+    db = rocksmash.open(tmp_path / "a", object_store=url, wal_shipping="sync",
+                        background_processes=False)
+    try:
+        cloud = db._cloud
+        fence = {"format_version": 1, "kind": "fence", "db_id": cloud.db_id}
+        store.put(wal_key(cloud.wal_next), WalObject(0, dict(fence, epoch=cloud.epoch - 1),
+                                                     b"").encode())
+        db.put(b"k", b"1", sync=True)  # steps over the older fence
+        store.put(wal_key(cloud.wal_next), WalObject(0, dict(fence, epoch=cloud.epoch + 1),
+                                                     b"").encode())
+        with pytest.raises(FencedError):
+            db.put(b"k", b"2", sync=True)
+    finally:
+        db.close()
