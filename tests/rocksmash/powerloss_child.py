@@ -56,6 +56,19 @@ def ops(seed: int):
             yield ("batch", key, b"b%d" % i, sync)
 
 
+def run(db, op) -> None:
+    """Apply one op of :func:`ops` to ``db`` (test_power_loss.apply is the model's)."""
+    import rocksmash
+
+    kind, key, value, sync = op
+    if kind == "put":
+        db.put(key, value, sync=sync)
+    elif kind == "delete":
+        db.delete(key, sync=sync)
+    else:
+        db.write(rocksmash.WriteBatch().put(key, value).put(key + b"x", value), sync=sync)
+
+
 def main() -> None:
     global _log_fd
     path, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -67,13 +80,8 @@ def main() -> None:
                         l0_compaction_trigger=3, target_file_size="64KiB",
                         level_base_size="256KiB")
     out = os.fdopen(1, "w", buffering=1)
-    for i, (kind, key, value, sync) in enumerate(ops(seed)):
-        if kind == "put":
-            db.put(key, value, sync=sync)
-        elif kind == "delete":
-            db.delete(key, sync=sync)
-        else:
-            db.write(rocksmash.WriteBatch().put(key, value).put(key + b"x", value), sync=sync)
+    for i, op in enumerate(ops(seed)):
+        run(db, op)
         out.write(f"{i}\n")
 
 

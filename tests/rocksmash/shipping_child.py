@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from powerloss_child import ops
+from powerloss_child import ops, run
 
 MARK_EVERY = 150
 
@@ -32,13 +32,8 @@ def main() -> None:
                         num_levels=4, local_budget="40%", cloud_target_file_size="32KiB",
                         block_size=512, background_processes=False)
     out = os.fdopen(1, "w", buffering=1)
-    for i, (kind, key, value, sync) in enumerate(ops(int(seed))):
-        if kind == "put":
-            db.put(key, value, sync=sync)
-        elif kind == "delete":
-            db.delete(key, sync=sync)
-        else:
-            db.write(rocksmash.WriteBatch().put(key, value).put(key + b"x", value), sync=sync)
+    for i, op in enumerate(ops(int(seed))):
+        run(db, op)
         out.write(f"{i}\n")
         if i % MARK_EVERY == MARK_EVERY - 1:
             if mode == "sealed":
