@@ -11,6 +11,7 @@ import time
 import pytest
 
 from bespokv.config import DataletSpec, Tuning
+from bespokv.errors import UnavailableError
 from bespokv.shardmap import ShardMap
 from bespokv.testing import LocalCluster, make_config, wait_until
 
@@ -20,8 +21,13 @@ KEYS = [b"c%03d" % i for i in range(150)]
 
 
 def replicas_identical(client, smap) -> tuple[bool, str]:
+    """Whether every replica holds the same data; a replica not reachable yet (a restarted
+    node, or the client's channel to it still backing off its reconnects) is "not yet"."""
     for sid, info in smap.shards.items():
-        contents = [dict(client.scan_local(node, sid)) for node in info.replicas]
+        try:
+            contents = [dict(client.scan_local(node, sid)) for node in info.replicas]
+        except UnavailableError as e:
+            return False, f"shard {sid}: a replica is unreachable ({e})"
         if any(c != contents[0] for c in contents[1:]):
             sizes = [len(c) for c in contents]
             return False, f"shard {sid}: sizes {sizes}"
