@@ -357,7 +357,6 @@ class DB:
             "drop_damaged_tail": self._drop_damaged_tail} for h in headers])
         self._stats["recovery_seconds"] = time.monotonic() - started
         torn_before: int | None = None  # a segment that lost its tail, then writes after it
-        replayed: set[int] = set()  # tables of the segments replayed
         for header, result in zip(headers, results):
             number = header.number
             self._stats["recovered_segments"] += 1
@@ -377,7 +376,6 @@ class DB:
                              info.min_seq, info.max_seq)
                 levels[0].append(f)
                 live.add(f.number)
-                replayed.add(f.number)
         for f in (f for lvl in levels for f in lvl):
             f.table = self._open_table(f)
         version = Version(levels)
@@ -402,17 +400,11 @@ class DB:
                 self._shipper.add_segment(self._wal)
                 assert self._pub is not None
                 self._pub.shipper = self._shipper
-            # From here on, any older writer is fenced. A rebuild's replayed tables come
-            # from WAL objects that are in the bucket: the compaction thread uploads them
-            # soon, the open does not wait for that. After a crash, the replayed segments
-            # may hold records never shipped: their tables are uploaded before the publish.
-            assert self._pub is not None
-            if rebuilt_from is not None:
-                self._pub.publish(version, log_number=rebuilt_from, last_seq=last_seq,
-                                  next_file=self._next_file, unpublished=frozenset(replayed))
-                self._backup_wanted = True
-            else:
-                self._publish_mirror()
+            # From here on, any older writer is fenced. After a crash, the replayed
+            # segments may hold records never shipped: their tables are uploaded before
+            # the publish. A rebuild's restored segments stay memtables (their WAL
+            # objects stay too, until a mirror has their flushed tables).
+            self._publish_mirror()
             if self._shipper is None:  # nothing in the bucket refers to WAL objects now
                 cloud.delete_wal([o.number for o in wal_objects])
             assert self._pub is not None

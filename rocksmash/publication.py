@@ -62,17 +62,12 @@ class Publication:
         #: WAL objects of segments below this are named by no mirror any more.
         self._wal_below = 0
 
-    def publish(self, v: Version, *, log_number: int, last_seq: int, next_file: int,
-                unpublished: frozenset[int] = frozenset()) -> None:
+    def publish(self, v: Version, *, log_number: int, last_seq: int, next_file: int) -> None:
         """Publish ``v`` (FencedError if another writer took over). ``log_number``: the
-        oldest segment whose writes are in no table the mirror names. ``unpublished``:
-        local tables left out, which must be exactly the flushes of WAL segments from
-        ``log_number`` on that are in the bucket (a rebuild's replayed tables: publishing
-        them can wait for the next publish, the open need not upload them)."""
+        oldest segment whose writes are in no table the mirror names."""
         files = [(lvl, f) for lvl, f in v.files() if f.tier == CLOUD]
         if self.backups_on:
-            files += [(lvl, self.backup(f)) for lvl, f in v.files()
-                      if f.tier == LOCAL and f.number not in unpublished]
+            files += [(lvl, self.backup(f)) for lvl, f in v.files() if f.tier == LOCAL]
         self.cloud.publish_mirror(files, num_levels=v.num_levels, last_seq=last_seq,
                                   next_file=next_file,
                                   log_number=log_number if self.backups_on else None)
