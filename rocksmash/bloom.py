@@ -27,9 +27,16 @@ from functools import lru_cache
 
 from xxhash import xxh3_64_intdigest
 
-__all__ = ["key_hash", "masks_for", "build_filter", "BloomFilter", "choose_k"]
+__all__ = ["key_hash", "split_hash", "masks_for", "build_filter", "BloomFilter", "choose_k"]
 
 key_hash = xxh3_64_intdigest
+
+
+def split_hash(key: bytes) -> tuple[int, int]:
+    """``key``'s hash as the two parts a probe uses: the word index (the low 32 bits,
+    before the modulo) and the mask index (the next 14 bits). Hot paths inline this."""
+    h = key_hash(key)
+    return h & 0xFFFFFFFF, (h >> 32) & _MASK_INDEX
 _MASK_INDEX_BITS = 14
 _MASK_INDEX = (1 << _MASK_INDEX_BITS) - 1
 _HEAD = struct.Struct("<BI")

@@ -5,7 +5,6 @@ keys stay cached across compactions (docs/cloud.md, "Compaction-aware caching").
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import TYPE_CHECKING, Iterable
 
 from .version import CLOUD, FileMeta
@@ -24,12 +23,13 @@ def hot_ranges(inputs: Iterable[FileMeta], dc: "DataCache") -> list[tuple[bytes,
     ranges = []
     for f in inputs:
         t = f.table
-        heat = {i: 1 for i, b in enumerate(t.blocks) if b is not None and t.refs[i]}
+        heat = dict.fromkeys(t.referenced_blocks(), 1)
         if f.tier == CLOUD:
             for i in dc.hot_blocks(f.number):
                 heat[i] = max(heat.get(i, 0), dc.hotness(f.number, i), 1)
-        for i, h in heat.items():  # block i holds keys in (index_keys[i-1], index_keys[i]]
-            ranges.append((t.index_keys[i - 1] if i else f.smallest, t.index_keys[i], h))
+        for i, h in heat.items():
+            lo, hi = t.block_bounds(i)
+            ranges.append((f.smallest if lo is None else lo, hi, h))
     return ranges
 
 
@@ -41,16 +41,14 @@ def fill(dc: "DataCache", tables: dict[int, "Table"], hot: list[tuple[bytes, byt
     just put in); then any others while the cache has spare room, evicting nothing."""
     heat: dict[tuple[int, int], int] = {}
     for number, t in tables.items():
-        keys = t.index_keys
         for lo, hi, h in hot:
-            # output block j holds (keys[j-1], keys[j]]: those meeting [lo, hi]
-            for j in range(bisect_left(keys, lo), min(bisect_left(keys, hi) + 1, len(keys))):
+            for j in t.blocks_meeting(lo, hi):
                 if heat.get((number, j), 0) < h:
                     heat[(number, j)] = h
     budget = dc.capacity * 3 // 4
     filled = 0
     for (number, j), _ in sorted(heat.items(), key=lambda kv: -kv[1]):
-        data = tables[number]._fetch(j)
+        data = tables[number].fetch(j)
         if len(data) > budget:
             break
         budget -= len(data)
@@ -58,7 +56,7 @@ def fill(dc: "DataCache", tables: dict[int, "Table"], hot: list[tuple[bytes, byt
     for number, t in tables.items():  # spare room takes the rest
         for j in range(t.nblocks):
             if (number, j) not in heat:
-                if not dc.put(number, j, t._fetch(j), if_room=True):
+                if not dc.put(number, j, t.fetch(j), if_room=True):
                     break
                 filled += 1
     return filled

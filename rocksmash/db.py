@@ -770,7 +770,7 @@ class DB:
         """Look ``key`` up below the active memtable: sealed memtables, then tables.
 
         Hot path, written out by hand: one hash per lookup serves every table's filter
-        (word index from its low 32 bits, in-word mask from the next 14; see bloom.py).
+        (split once into the word index and the mask index; see Table.get).
         """
         for mem in self._imm:
             e = mem.entries.get(key)
@@ -786,24 +786,13 @@ class DB:
         mi = (h >> 32) & 0x3FFF
         for lo, hi, t in v.l0_search:
             if lo <= key <= hi:
-                n = t.fnwords
-                if n:
-                    m = t.fmasks[mi]
-                    if t.fwords[word % n] & m != m:
-                        continue
-                r = t.get(key, seq)
+                r = t.get(key, seq, word, mi)
                 if r is not MISSING:
                     return r
         for largest, smallest, tables in v.level_search:
             i = bisect_left(largest, key)
             if i < len(largest) and smallest[i] <= key:
-                t = tables[i]
-                n = t.fnwords
-                if n:
-                    m = t.fmasks[mi]
-                    if t.fwords[word % n] & m != m:
-                        continue
-                r = t.get(key, seq)
+                r = tables[i].get(key, seq, word, mi)
                 if r is not MISSING:
                     return r
         return None

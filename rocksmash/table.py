@@ -142,8 +142,9 @@ class Table:
         return TableMeta(self.index_keys, self.offsets, self.sizes, self.filter.data,
                          self.props, self.data_end)
 
-    def _fetch(self, i: int) -> bytes:
-        """Stored bytes (block + trailer) of data block ``i`` from the file."""
+    def fetch(self, i: int) -> bytes:
+        """Stored bytes (block + trailer) of data block ``i``, read from the file (never
+        from a cache): what the DataCache keeps, and what compaction copies into it."""
         n = self.sizes[i] + TRAILER_SIZE
         stored = self.file.read(self.offsets[i], n)
         if len(stored) != n:
@@ -162,7 +163,7 @@ class Table:
         what = _BlockName(self.name, i)
         dc = self.data_cache
         if dc is None:
-            return Block(decode_stored(self._fetch(i), what))
+            return Block(decode_stored(self.fetch(i), what))
         stored = dc.get(self.number, i, verify_data=False)  # the block has its own CRC
         if stored is not None:
             try:
@@ -198,6 +199,32 @@ class Table:
                                   miss=False)
         return blk
 
+    def block_bounds(self, i: int) -> tuple[bytes | None, bytes]:
+        """The key range of data block ``i``: it holds keys ``k`` with
+        ``lo < k <= hi`` (``lo`` is None for the first block, which holds every key up
+        to ``hi``)."""
+        return (self.index_keys[i - 1] if i else None), self.index_keys[i]
+
+    def blocks_meeting(self, lo: bytes, hi: bytes) -> range:
+        """Indexes of the data blocks that may hold keys in ``[lo, hi]``."""
+        keys = self.index_keys
+        return range(bisect_left(keys, lo), min(bisect_left(keys, hi) + 1, len(keys)))
+
+    def referenced_blocks(self) -> list[int]:
+        """Blocks in the block cache that were read since the cache's last sweep over
+        them (a CLOCK reference: read more than once since they came in)."""
+        refs = self.refs
+        return [i for i, b in enumerate(self.blocks) if b is not None and refs[i]]
+
+    def may_contain(self, word: int, mask_index: int) -> bool:
+        """The bloom filter's answer for a key whose hash is split into ``word`` and
+        ``mask_index`` by :func:`bloom.split_hash`. False means certainly absent."""
+        n = self.fnwords
+        if not n:
+            return True
+        m = self.fmasks[mask_index]
+        return self.fwords[word % n] & m == m
+
     def block(self, i: int) -> Block:
         """Data block ``i``, from the cache when it is there."""
         blk = self.blocks[i]
@@ -208,14 +235,21 @@ class Table:
         blk = self._load(i)
         return blk if self.cache is None else self.cache.insert(self, i, blk)
 
-    def get(self, key: bytes, seq: int) -> object:
+    def get(self, key: bytes, seq: int, word: int, mask_index: int) -> object:
         """The value of the newest version of ``key`` with sequence <= ``seq``.
 
         Returns the value, ``None`` for a deletion, or ``MISSING`` if there is no such
-        version in this table. The caller checks the bloom filter first. This is the
-        hottest function of the engine: it is written out by hand (no helper calls on a
-        cache hit).
+        version in this table. ``word`` and ``mask_index`` are the key's hash split as
+        for :meth:`may_contain` (:func:`bloom.split_hash`, once per lookup for every
+        table): the bloom filter is probed first. This is the hottest function of the
+        engine: it is written out by hand (no helper calls on a cache hit; the filter
+        probe is inlined, as a call per table would cost more than the probe).
         """
+        n = self.fnwords
+        if n:
+            m = self.fmasks[mask_index]
+            if self.fwords[word % n] & m != m:
+                return MISSING
         i = bisect_left(self.index_keys, key)
         if i == self.nblocks:
             return MISSING

@@ -83,7 +83,7 @@ def build(tmp: str) -> dict[str, str]:
     cdir = os.path.join(tmp, "cache")
     dc = DataCache(cdir, 1 << 20, admission="always")
     for block in range(t.nblocks):
-        dc.put(13, block, t._fetch(block))
+        dc.put(13, block, t.fetch(block))
     dc.close()
     t.close()
     segments = sorted(n for n in os.listdir(cdir) if n.endswith(".seg"))

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from rocksmash import CorruptionError
 from rocksmash.block import Block, BlockBuilder, decode_stored, encode_stored
-from rocksmash.bloom import BloomFilter, build_filter, key_hash
+from rocksmash.bloom import BloomFilter, build_filter, key_hash, split_hash
 from rocksmash.env import LocalFile
 from rocksmash.log_format import CLEAN, TORN, encode_record, read_records
 from rocksmash.memtable import MISSING
@@ -140,9 +140,9 @@ def test_table_round_trip(tmp_path_factory, items, block_size):
     assert (info.smallest, info.largest, info.count) == (keys[0], keys[-1], len(keys))
     t = Table(1, LocalFile(path), None)
     for i, k in enumerate(keys):
-        assert t.get(k, 1 << 60) == items[k]
-        assert t.get(k, i) is MISSING  # older than the only version
-    assert t.get(keys[-1] + b"\x00", 1 << 60) is MISSING
+        assert t.get(k, 1 << 60, *split_hash(k)) == items[k]
+        assert t.get(k, i, *split_hash(k)) is MISSING  # older than the only version
+    assert t.get(keys[-1] + b"\x00", 1 << 60, *split_hash(keys[-1] + b"\x00")) is MISSING
     assert [(k, v) for ks, vs in t.scan(None, None, False, 1 << 60)
             for k, v in zip(ks, vs)] == [(k, items[k]) for k in keys]
     assert [k for ks, _ in t.scan(None, None, True, 1 << 60) for k in ks[::-1]] == keys[::-1]

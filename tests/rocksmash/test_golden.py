@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from rocksmash.bloom import split_hash
 from rocksmash.cloud import MIRROR_FORMATS, CloudTier, WalObject, decode_object
 from rocksmash.log_format import read_records
 from rocksmash.data_cache import DataCache
@@ -41,7 +42,8 @@ def test_table_decodes():
     try:
         assert list(t.entries()) == [(k, -s, v) for k, s, v in TABLE_ENTRIES]
         assert t.props["smallest"] == b"apple".hex() and t.props["count"] == len(TABLE_ENTRIES)
-        assert t.get(b"banana", 100) is None and t.get(b"banana", 5) == b"yellow"
+        h = split_hash(b"banana")
+        assert t.get(b"banana", 100, *h) is None and t.get(b"banana", 5, *h) == b"yellow"
     finally:
         t.close()
 
@@ -89,7 +91,7 @@ def test_data_cache_decodes(tmp_path):
     dc = DataCache(str(d), 1 << 20, admission="always")
     try:
         for block in range(t.nblocks):
-            assert dc.get(13, block) == t._fetch(block)
+            assert dc.get(13, block) == t.fetch(block)
     finally:
         dc.close()
         t.close()
