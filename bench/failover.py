@@ -5,13 +5,18 @@ in-memory datalet, default tuning) coordinated through a 1-member etcd, all on l
 A load of ``--tasks`` asyncio tasks writes distinct keys through one ``AsyncClient``; one
 probe task per shard writes a key of that shard, one put after another. After
 ``--warmup`` seconds the node heading shard 0 is killed (``kill``: SIGKILL) or paused
-(``pause``: SIGSTOP, resumed with SIGCONT when the trial ends).
+(``pause``: SIGSTOP, resumed with SIGCONT when the trial ends), or shard 0's mode is
+switched live (``switch``: ``bespokv.modeswitch.switch_mode`` to ``SWITCH_TO[mode]``, from
+the same process; the fault's time is the start of the switch).
 
 Reported per shard: the failover time, from the fault to the completion of the first
 successful probe write *issued at or after* the fault (a write in flight at the fault that
 completes later is not counted: it may have been acknowledged before the fault took
 effect), and the whole load's throughput per 100 ms bin through the fault (the
-availability timeline). No node is restarted.
+availability timeline). Also per shard: the longest gap between two successful probe
+writes, and between two successful probe reads (one reader task per shard reading its
+probe key in a loop), from the fault to the end of the trial: the write and read pauses.
+No node is restarted.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ __all__ = ["run_trial", "main_args"]
 
 MODES = ("ms-sc", "ms-ec", "aa-sc", "aa-ec")
 FAULTS = ("kill", "pause")
+#: ``switch``: the mode shard 0 is switched to (the other family; ms-sc <-> aa-sc)
+SWITCH_TO = {"ms-sc": "aa-sc", "ms-ec": "aa-ec", "aa-sc": "ms-sc", "aa-ec": "ms-ec"}
 BIN = 0.1
 #: Seconds the trial goes on after the fault.
 AFTER = 8.0
@@ -47,6 +54,7 @@ async def _drive(cluster: Any, *, tasks: int, warmup: float, after: float, fault
     victim = smap.shard(0).head
     done: list[float] = []  # completion times of load writes
     probes: dict[int, list[tuple[float, float]]] = {sid: [] for sid in smap.shards}  # (issued, completed)
+    reads: dict[int, list[float]] = {sid: [] for sid in smap.shards}  # completions
     stop = asyncio.Event()
     t_fault: list[float] = []
 
@@ -70,16 +78,31 @@ async def _drive(cluster: Any, *, tasks: int, warmup: float, after: float, fault
                 continue
             probes[sid].append((issued, time.monotonic()))
 
+    async def reader(sid: int) -> None:
+        key = shard_keys[sid][0]
+        while not stop.is_set():
+            try:
+                await client.get(key)
+            except Exception:  # counted as a gap
+                continue
+            reads[sid].append(time.monotonic())
+
     workers = [asyncio.ensure_future(load(n)) for n in range(tasks)]
     workers += [asyncio.ensure_future(probe(sid)) for sid in smap.shards]
+    workers += [asyncio.ensure_future(reader(sid)) for sid in smap.shards]
     start = time.monotonic()
     await asyncio.sleep(warmup)
     t_fault.append(time.monotonic())
+    switched: dict[str, Any] = {}
     if fault == "kill":
         cluster.kill(victim)
-    else:
+    elif fault == "pause":
         cluster.pause(victim)
-    await asyncio.sleep(after)
+    else:
+        victim = f"shard 0 -> {SWITCH_TO[cluster.config.mode]}"
+        switched = await _switch(cluster, SWITCH_TO[cluster.config.mode])
+    await asyncio.sleep(max(0.0, t_fault[0] + after - time.monotonic()))
+    end = time.monotonic()
     stop.set()
     await asyncio.wait(workers, timeout=30)
     for w in workers:
@@ -91,6 +114,11 @@ async def _drive(cluster: Any, *, tasks: int, warmup: float, after: float, fault
     for sid, rows in probes.items():
         first = next((c for issued, c in rows if issued >= t0), None)
         failover[sid] = None if first is None else first - t0
+
+    def longest_gap(times: list[float]) -> float:
+        ts = [t0] + [t for t in times if t >= t0] + [end]
+        return max(b - a for a, b in zip(ts, ts[1:]))
+
     bins = int((time.monotonic() - start) / BIN) + 1
     timeline = [0] * bins
     for t in done:
@@ -101,10 +129,29 @@ async def _drive(cluster: Any, *, tasks: int, warmup: float, after: float, fault
         "failover_s": {str(k): v for k, v in failover.items()},
         # None when a shard took no write issued after the fault within the trial
         "max_failover_s": None if None in failover.values() else max(failover.values(), default=None),
+        "write_gap_s": {str(sid): longest_gap([c for _, c in rows]) for sid, rows in probes.items()},
+        "read_gap_s": {str(sid): longest_gap(rows) for sid, rows in reads.items()},
+        "switch": switched,
         "timeline_ops_per_s": [n / BIN for n in timeline],
         "epoch_after": final.epoch,
         "replicas_after": {str(s.id): list(s.replicas) for s in final.shards.values()},
     }
+
+
+async def _switch(cluster: Any, to: str) -> dict[str, Any]:
+    from bespokv.etcd_coordinator import EtcdCoordinator
+    from bespokv.modeswitch import switch_mode
+    from bespokv.peers import PeerPool
+
+    coord = EtcdCoordinator(cluster.config, cluster.config.etcd)
+    await coord.start()
+    peers = PeerPool(coord.shard_map(), token=cluster.config.token)
+    try:
+        reports = await switch_mode(coord, peers, 0, to, timeout=60)
+    finally:
+        await peers.close()
+        await coord.stop()
+    return {"to": to, "drained_s": sum(r.drained_s for r in reports), "serving_s": sum(r.serving_s for r in reports)}
 
 
 def run_trial(mode: str, fault: str, *, tasks: int = 16, warmup: float = 3.0, after: float = AFTER) -> dict[str, Any]:
@@ -157,14 +204,22 @@ def main_args(modes: Sequence[str], faults: Sequence[str], repeat: int, tasks: i
                 shards = " ".join(
                     f"s{k}={'none' if v is None else f'{v:.2f}s'}" for k, v in sorted(r["failover_s"].items())
                 )
-                print(f"{mode:6} {fault:5} rep {rep + 1}: victim {r['victim']}, first write after the fault: "
-                      f"{shards}; epoch {r['epoch_after']}", flush=True)
-    lines = [f"# failover ({command})", "", "mode   fault  max failover s (per repetition)", "-----  -----  ---"]
+                gaps = " ".join(
+                    f"s{k}={r['write_gap_s'][k]:.2f}/{r['read_gap_s'][k]:.2f}s" for k in sorted(r["write_gap_s"])
+                )
+                print(f"{mode:6} {fault:6} rep {rep + 1}: victim {r['victim']}, first write after the fault: "
+                      f"{shards}; longest write/read gap: {gaps}; epoch {r['epoch_after']}", flush=True)
+    lines = [f"# failover ({command})", "",
+             "mode   fault   max failover s | shard 0's longest write gap s | read gap s (per repetition)",
+             "-----  ------  ---"]
     for fault in faults:
         for mode in modes:
-            vals = [r["max_failover_s"] for r in results if r["mode"] == mode and r["fault"] == fault]
+            rows = [r for r in results if r["mode"] == mode and r["fault"] == fault]
+            vals = [r["max_failover_s"] for r in rows]
             shown = ", ".join(f"none in {AFTER:g} s" if v is None else f"{v:.2f}" for v in vals)
-            lines.append(f"{mode:6} {fault:6} {shown}")
+            wgap = ", ".join(f"{r['write_gap_s']['0']:.2f}" for r in rows)
+            rgap = ", ".join(f"{r['read_gap_s']['0']:.2f}" for r in rows)
+            lines.append(f"{mode:6} {fault:7} {shown} | {wgap} | {rgap}")
     report = "\n".join(lines)
     print()
     print(report)

@@ -7,6 +7,7 @@
     bespokv cluster up ... --detach / bespokv cluster down
     bespokv status                                     one status display
     bespokv put KEY VALUE | get KEY | delete KEY | scan [START [END]] [--limit N]
+    bespokv mode --shard S --to aa-sc                  switch a shard's mode live (etcd clusters)
 
 Commands that talk to a cluster find it with ``--addr HOST:PORT`` (repeatable),
 ``--config FILE``, ``--dir DIR`` (a ``cluster up`` folder), or the ``BESPOKV_ADDR`` /
@@ -138,24 +139,28 @@ def render_status(status: Any, shard_map: Any | None = None) -> str:
 # -- finding the cluster ---------------------------------------------------------------------------
 
 
+def _config_path(args: argparse.Namespace) -> str:
+    path = args.config or os.environ.get("BESPOKV_CONFIG")
+    if path is None:
+        path = os.path.join(args.dir or _default_dir(), "cluster.toml")
+        if not os.path.exists(path):
+            raise UsageError(
+                f"no cluster given (no {path}): use --addr HOST:PORT, --config FILE or --dir DIR "
+                "(or start one with `bespokv cluster up`)"
+            )
+    return path
+
+
 def _client_kwargs(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
     addrs: list[str] = list(args.addr or [])
     kwargs: dict[str, Any] = {}
     cfg: ClusterConfig | None = None
     if not addrs:
-        path = args.config or os.environ.get("BESPOKV_CONFIG")
         env_addr = os.environ.get("BESPOKV_ADDR")
-        if path is None and args.dir is None and env_addr:
+        if args.config is None and os.environ.get("BESPOKV_CONFIG") is None and args.dir is None and env_addr:
             addrs = [a.strip() for a in env_addr.split(",") if a.strip()]
         else:
-            if path is None:
-                path = os.path.join(args.dir or _default_dir(), "cluster.toml")
-                if not os.path.exists(path):
-                    raise UsageError(
-                        f"no cluster given (no {path}): use --addr HOST:PORT, --config FILE or --dir DIR "
-                        "(or start one with `bespokv cluster up`)"
-                    )
-            cfg = load(path)
+            cfg = load(_config_path(args))
             addrs = [n.address for n in cfg.nodes]
     if cfg is not None:
         kwargs.update(token=cfg.token, tls=cfg.tls, limits=cfg.limits)
@@ -444,6 +449,39 @@ def cmd_kv(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mode(args: argparse.Namespace) -> int:
+    """A live mode switch (modeswitch.py), driven from here through etcd and the nodes."""
+    from bespokv.etcd_coordinator import EtcdCoordinator
+    from bespokv.modeswitch import switch_mode
+    from bespokv.peers import PeerPool
+
+    to = normalize_mode(args.to)
+    cfg = load(_config_path(args))
+    if not cfg.etcd:
+        raise UsageError("a live mode switch needs a cluster coordinated by etcd; this one has a fixed map "
+                         "(stop it, change the mode in its config, start it again)")
+
+    async def run() -> list[Any]:
+        coord = EtcdCoordinator(cfg, cfg.etcd)
+        await coord.start()
+        try:
+            peers = PeerPool(coord.shard_map(), token=args.token or cfg.token, tls=cfg.tls, limits=cfg.limits)
+            try:
+                return await switch_mode(coord, peers, args.shard, to, timeout=args.wait)
+            finally:
+                await peers.close()
+        finally:
+            await coord.stop()
+
+    reports = asyncio.run(run())
+    if not reports:
+        print(f"shard {args.shard} already runs {to}")
+    for r in reports:
+        print(f"shard {r.shard}: {r.before} -> {r.after} (epochs {r.freeze_epoch}, {r.switch_epoch}); "
+              f"drained in {r.drained_s:.2f} s, serving in {r.serving_s:.2f} s")
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------------
 
 
@@ -518,6 +556,12 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--limit", type=int, default=None)
     scan.add_argument("--reverse", action="store_true")
     scan.set_defaults(func=cmd_kv)
+    md = sub.add_parser("mode", help="switch a shard's mode while the cluster runs (etcd clusters)")
+    conn(md)
+    md.add_argument("--shard", type=int, required=True)
+    md.add_argument("--to", required=True, help=f"the new mode: {', '.join(MODES)}")
+    md.add_argument("--wait", type=float, default=60.0, help="seconds the switch may take before it fails")
+    md.set_defaults(func=cmd_mode)
     return p
 
 

@@ -11,7 +11,9 @@ key                    value
 ``nodes/<id>``         ``{"address": "127.0.0.1:7001"}``
 ``shards/<id>``        ``{"mode": "ms-sc", "replicas": ["n1", "n2", "n3"], "epoch": S}``,
                        ``S`` the map epoch of the transaction that last changed the shard
-                       (its *shard epoch*: requests made under an older one are fenced)
+                       (its *shard epoch*: requests made under an older one are fenced);
+                       ``"frozen": true`` is added while a live mode switch drains the
+                       shard (modeswitch.py; absent means false)
 ``alive/<id>``         ``{"pid": P}``, attached to the node's lease: present while the
                        node keeps its lease alive (keep-alive every ``lease_ttl / 3``)
 =====================  =================================================================
@@ -208,7 +210,9 @@ class EtcdCoordinator(Coordinator):
                 nodes[nid] = NodeInfo(nid, value["address"])
             elif name.startswith("shards/"):
                 sid = int(name[len("shards/") :])
-                shards[sid] = ShardInfo(sid, value["mode"], tuple(value["replicas"]), int(value["epoch"]))
+                shards[sid] = ShardInfo(
+                    sid, value["mode"], tuple(value["replicas"]), int(value["epoch"]), bool(value.get("frozen", False))
+                )
             elif name.startswith("alive/"):
                 alive.add(name[len("alive/") :])
         if not shards or not epoch:
@@ -344,4 +348,7 @@ class EtcdCoordinator(Coordinator):
 
 
 def _shard_value(s: ShardInfo, epoch: int) -> bytes:
-    return json.dumps({"mode": s.mode, "replicas": list(s.replicas), "epoch": epoch}).encode()
+    value: dict[str, Any] = {"mode": s.mode, "replicas": list(s.replicas), "epoch": epoch}
+    if s.frozen:  # only while a live mode switch drains the shard (modeswitch.py)
+        value["frozen"] = True
+    return json.dumps(value).encode()

@@ -13,13 +13,14 @@ it (it hosts the replica that must serve it) or forwards it to the node that mus
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import logging
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -35,6 +36,7 @@ from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
 from bespokv.datalets.worker import DataletWorker
 from bespokv.errors import (
     InvalidArgumentError,
+    OverloadedError,
     UnavailableError,
     WrongShardError,
     from_exception,
@@ -107,6 +109,12 @@ class Node:
         #: the shards the config gives this node (a dropped replica rejoins these)
         self._home = ShardMap.from_config(config)
         self._rejoining: set[int] = set()
+        #: replicas whose controlet is being replaced for a new mode (a live mode switch):
+        #: out of ``controlets`` from the moment the map changes the mode, so no request
+        #: reaches the old controlet after that; calls get OVERLOADED (not applied, retried)
+        self._switching: dict[int, Controlet] = {}
+        #: writes of each shard executing here (a live mode switch waits for none)
+        self._writes_in_flight: Counter[int] = Counter()
         self.peers: PeerPool
         self.forwarder: Forwarder
         self._handlers: opcodec.Handlers = {
@@ -143,10 +151,14 @@ class Node:
             )
         return worker
 
-    def _open_replica(self, info: ShardInfo) -> Controlet:
+    def _open_replica(self, info: ShardInfo, stored_versions: bool | None = None) -> Controlet:
+        """The controlet of ``info`` on the replica's datalet. ``stored_versions`` None:
+        convert the stored form here, on the loop (only before any call reached the
+        worker; a live switch converts on the worker and passes the result)."""
         worker = self._worker(info.id)
-        # The stored form follows the mode (an offline mode switch; representation.py).
-        stored_versions = representation.open_for(worker.inner, info.mode)
+        if stored_versions is None:
+            # The stored form follows the mode (an offline mode switch; representation.py).
+            stored_versions = representation.open_for(worker.inner, info.mode)
         ctx = ShardContext(
             node_id=self.node_id,
             node_number=node_number(self.node_id),
@@ -230,7 +242,7 @@ class Node:
         await asyncio.gather(*self._background, return_exceptions=True)
         if drain > 0:
             await asyncio.gather(*(c.drain(drain) for c in self.controlets.values()), return_exceptions=True)
-        for c in self.controlets.values():
+        for c in [*self.controlets.values(), *self._switching.values()]:
             try:
                 await c.stop()
             except Exception as exc:  # keep stopping the rest
@@ -264,14 +276,46 @@ class Node:
     def _on_map(self, smap: ShardMap) -> None:
         changed, self.map_changed = self.map_changed, asyncio.Event()
         changed.set()
+        # A shard whose mode changed leaves ``controlets`` in the same step as the map is
+        # installed: no request routed with the new map may reach the old controlet.
+        self._take_switching(smap)
         if not self._stopping:
             self._spawn(self._apply_map(smap))
+
+    def _take_switching(self, smap: ShardMap) -> None:
+        for sid, c in list(self.controlets.items()):
+            info = smap.shards.get(sid)
+            if info is not None and self.node_id in info.replicas and info.mode != c.mode:
+                self._switching[sid] = self.controlets.pop(sid)
+
+    async def _switch_replicas(self, smap: ShardMap) -> None:
+        """Replace each switching replica's controlet by one of the map's mode: stop the
+        old one (its writes were drained before the map changed), convert the stored form
+        on the replica's worker thread (after every call already queued there), start the
+        new one (representation.py: an aa -> ms head merges the others' values first)."""
+        for sid, old in list(self._switching.items()):
+            info = smap.shards.get(sid)
+            try:
+                await old.stop()
+            except Exception as exc:  # the new controlet is opened anyway
+                log.warning("stopping the %s controlet of shard %s: %r", old.mode, sid, exc)
+            if info is None or self.node_id not in info.replicas or self._stopping:
+                self._switching.pop(sid)
+                continue
+            worker = self._worker(sid)
+            stored = await worker.run(representation.open_for, worker.inner, info.mode)
+            c = self._open_replica(info, stored_versions=stored)
+            self._switching.pop(sid)
+            log.warning("node %s: shard %s switched from %s to %s (epoch %d)", self.node_id, sid, old.mode, info.mode, info.epoch)
+            await c.start()
 
     async def _apply_map(self, smap: ShardMap) -> None:
         """Bring the local controlets in line with a new map (in epoch order)."""
         async with self._map_lock:
             if smap.epoch < self.shard_map.epoch:
                 return  # a newer map arrived meanwhile; its own task applies it
+            self._take_switching(smap)  # a controlet opened for a mode the map changed since
+            await self._switch_replicas(smap)
             for sid, c in list(self.controlets.items()):
                 info = smap.shards.get(sid)
                 if info is None or self.node_id not in info.replicas:
@@ -444,8 +488,30 @@ class Node:
     def _local(self, info: ShardInfo, what: str) -> Controlet:
         c = self.controlets.get(info.id)
         if c is None:
+            self._check_switching(info.id)
             raise WrongShardError(f"node {self.node_id} has no replica of shard {info.id} ({what})")
         return c
+
+    def _check_switching(self, shard: int) -> None:
+        if shard in self._switching:
+            raise OverloadedError(
+                f"shard {shard} is switching to mode {self.shard_map.shard(shard).mode} on {self.node_id}: "
+                "not applied, retry"
+            )
+
+    @contextlib.contextmanager
+    def _writing(self, info: ShardInfo) -> Iterator[None]:
+        """Around every write this node executes: refused while a live mode switch drains
+        the shard, and counted while it runs (the switch waits until none runs)."""
+        # The map as it is now (``info`` may come from before an await in Multi).
+        current = self.shard_map.shards.get(info.id, info)
+        if current.frozen:
+            raise OverloadedError(f"shard {info.id} is draining for a mode switch: not applied, retry")
+        self._writes_in_flight[info.id] += 1
+        try:
+            yield
+        finally:
+            self._writes_in_flight[info.id] -= 1
 
     async def _forward(self, node: str, op: pb.Op, hops: int) -> pb.OpResult:
         self.counters["forwarded"] += 1
@@ -517,7 +583,9 @@ class Node:
         if target != self.node_id:
             await self._forward(target, fwd, hops)
         else:
-            await self._local(info, "write").write(ops)
+            c = self._local(info, "write")
+            with self._writing(info):
+                await c.write(ops)
         self.counters[opcodec.kind_of(op)] += 1
 
     async def do_put(self, req: pb.PutRequest, hops: int) -> pb.PutResponse:
@@ -547,7 +615,9 @@ class Node:
             return (await self._forward(target, pb.Op(cas=fwd), hops)).cas
         expected = req.expected if req.HasField("expected") else None
         value = req.value if req.HasField("value") else None
-        ok, cur = await self._local(info, "compare-and-set").cas(req.key, expected, value)
+        c = self._local(info, "compare-and-set")
+        with self._writing(info):
+            ok, cur = await c.cas(req.key, expected, value)
         self.counters["cas"] += 1
         return pb.CasResponse(succeeded=ok, found=cur is not None, current=cur or b"")
 
@@ -572,6 +642,7 @@ class Node:
         self.counters["multi"] += 1
         results: list[pb.OpResult | None] = [None] * n
         writes: dict[int, list[tuple[int, list[Op]]]] = {}
+        infos: dict[int, ShardInfo] = {}
         reads: dict[int, list[tuple[int, bytes]]] = {}
         rest: list[int] = []
         for i, op in enumerate(req.ops):
@@ -581,6 +652,7 @@ class Node:
                     info, ops, _ = self.prepare_write(op)
                     if self._write_target(info) == self.node_id:
                         writes.setdefault(info.id, []).append((i, ops))
+                        infos[info.id] = info
                         self.counters[kind] += 1
                         continue
                 elif kind == "get" and not op.get.local:
@@ -599,7 +671,9 @@ class Node:
         async def group_write(sid: int, items: list[tuple[int, list[Op]]]) -> None:
             ops = [o for _, batch in items for o in batch]
             try:
-                await self.controlets[sid].write(ops)
+                c = self._local(infos[sid], "write")
+                with self._writing(infos[sid]):
+                    await c.write(ops)
                 res = pb.OpResult(status=pb.OpStatus(code=0))
             except Exception as exc:  # the group shares its fate
                 res = self._error_result(exc)
@@ -608,7 +682,7 @@ class Node:
 
         async def group_read(sid: int, items: list[tuple[int, bytes]]) -> None:
             try:
-                values = await self.controlets[sid].get_many([k for _, k in items])
+                values = await self._local(self.shard_map.shard(sid), "read").get_many([k for _, k in items])
             except Exception as exc:  # the group shares its fate
                 err = self._error_result(exc)
                 for i, _ in items:
@@ -706,8 +780,11 @@ class Node:
         )
         for k, v in self.counters.items():
             st.counters[k] = float(v)
+        st.counters["map_epoch"] = float(self.shard_map.epoch)
         for sid, c in sorted(self.controlets.items()):
             s = c.status()
+            s.info["epoch"] = str(c.ctx.epoch)
+            s.info["writes_in_flight"] = str(self._writes_in_flight[sid])
             for k, v in c.extra_stats().items():
                 st.counters[f"shard{sid}.{k}"] = float(v)
             try:
@@ -740,6 +817,7 @@ class Node:
         self.shard_map.shard(shard)  # UnknownShardError for a shard that does not exist
         c = self.controlets.get(shard)
         if c is None:
+            self._check_switching(shard)
             raise WrongShardError(f"node {self.node_id} has no replica of shard {shard}")
         return c
 

@@ -43,12 +43,14 @@ class NodeInfo:
 class ShardInfo:
     """One shard: its controlet mode and its replicas in order (head/master first), and
     its epoch: the map epoch at which it last changed. Requests made under an older epoch
-    of the shard are refused (fencing)."""
+    of the shard are refused (fencing). ``frozen``: a live mode switch is draining the
+    shard (modeswitch.py): its nodes refuse new writes (not applied; retried), reads go on."""
 
     id: int
     mode: str
     replicas: tuple[str, ...]
     epoch: int = 1
+    frozen: bool = False
 
     @property
     def head(self) -> str:

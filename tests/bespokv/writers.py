@@ -12,8 +12,9 @@ class Writer:
     """One thread writing distinct keys in batches of 10; records what was acknowledged,
     and when each shard last took a write."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, prefix: bytes = b"f") -> None:
         self.client = client
+        self.prefix = prefix
         self.acked: dict[bytes, bytes] = {}
         self.errors: list[str] = []
         self.stop = threading.Event()
@@ -24,7 +25,7 @@ class Writer:
         i = 0
         smap = self.client.shard_map()
         while not self.stop.is_set():
-            batch = [(b"f%07d" % (i + j), b"v%d" % (i + j)) for j in range(10)]
+            batch = [(self.prefix + b"%07d" % (i + j), b"v%d" % (i + j)) for j in range(10)]
             i += 10
             for k, v in batch:  # one put each: a shard's failure must not hide another's progress
                 try:
