@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 import weakref
 from bisect import bisect_left
 from typing import Any, Callable, Iterator
@@ -39,22 +38,21 @@ from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidAr
 from .iterator import KEY, VALUE, DBIterator
 from .jobs import JOBS
 from .keys import BytesLike, as_bound, as_bytes
-from .log_format import CLEAN
-from .manifest import Manifest, ManifestState, load_manifest
+from .manifest import Manifest
 from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .publication import Publication
-from .recovery import replay_segments
-from .restore import Progress, download_backups, scan_wal, write_segments
+from .recovery import recover, remove_unreferenced
+from .restore import Progress
 from .row_cache import RowCache
 from .table import Table
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
-from .wal import WalWriter, read_segment, read_segment_header
+from .wal import WalWriter
 from .wal_shipping import WalShipper
 from .worker import WorkerPool, shared_pool
-from .write_batch import WriteBatch, decode_batch, encode_batch, ops_within
+from .write_batch import WriteBatch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
 
@@ -245,143 +243,21 @@ class DB:
                                     self._meta_cache, self._stats, self._shipping != "off")
 
     def _recover(self) -> None:
-        """Load the manifest, replay leftover WAL segments into L0 tables, start afresh.
-
-        Every segment at or after the manifest's log number holds writes that never
-        reached a table; each is replayed into the table its header names (the same
-        replay as a flush). Then a new manifest snapshot is written and CURRENT swapped,
-        and everything unreferenced is deleted. Nothing is deleted before every check
-        has passed: a manifest whose last record was dropped (torn or damaged) is used
-        only if nothing that record described is lost (see :meth:`_check_recoverable`).
-        """
-        state = load_manifest(self.path)
+        """Recover (recovery.py), then open the tables, start a new WAL segment and a
+        new manifest snapshot (CURRENT swapped), publish, and delete what nothing
+        references any more."""
         cloud = self._cloud
-        db_id = state.db_id if state is not None else None
-        self._fresh = state is None
-        mirror = None
-        if cloud is not None:
-            cloud.db_id = db_id
-            mirror = cloud.load_mirror()  # refuses another database's mirror
-            if state is not None and mirror is not None and (
-                    mirror["epoch"] > state.epoch or (
-                        mirror["epoch"] != state.epoch
-                        and int(mirror["generation"]) >= state.mirror_gen > 0)):
-                # The newest mirror was published by another writer, at or after what
-                # this directory last published: the bucket moved on without it.
-                raise FencedError(
-                    f"{self.path} is stale: a writer with epoch {mirror['epoch']} has written "
-                    f"the object store since this directory's last session (epoch "
-                    f"{state.epoch}); move the directory away to reopen from the object store")
-            bucket_id = cloud.claim_epoch(db_id)  # from here on, older writers are fenced
-            db_id = db_id or bucket_id or (mirror or {}).get("db_id")
-        db_id = db_id or uuid.uuid4().hex
-        wal_objects = []
-        if cloud is not None:
-            cloud.db_id = db_id
-            # The WAL fence: an older writer's next shipment fails from here on, and the
-            # WAL objects below the fence are final (CloudTier.claim_wal_fence).
-            fence = cloud.claim_wal_fence()
-            wal_objects = scan_wal(cloud, fence, cloud.wal_fences, self._progress)
-        self.db_id = db_id
-        levels: list[list[FileMeta]] = [[] for _ in range(self.options.num_levels)]
-        log_number, next_file, last_seq = 0, 2, 0
-        rebuilt_from: int | None = None  # rebuilt from the bucket: the WAL replayed from
-        if state is not None:
-            if state.version.num_levels != self.options.num_levels:
-                raise InvalidArgumentError(
-                    f"num_levels={self.options.num_levels} but the database has "
-                    f"{state.version.num_levels} levels")
-            levels = [list(lvl) for lvl in state.version.levels]
-            log_number, next_file, last_seq = state.log_number, state.next_file, state.last_seq
-            if cloud is None and any(f.tier == CLOUD for lvl in levels for f in lvl):
-                raise InvalidArgumentError(
-                    f"{self.path} has tables in an object store; open it with object_store=")
-            self._check_recoverable(state, mirror)
-            if mirror is not None:  # which local tables the bucket has backups of
-                local = {f.number: f for lvl in levels for f in lvl if f.tier == LOCAL}
-                for _, f in CloudTier.mirror_files(mirror):
-                    if f.tier == LOCAL and f.number in local and local[f.number].size == f.size:
-                        self._pub.backups[f.number] = f.epoch  # type: ignore[union-attr]
-        elif mirror is not None:
-            # The local directory is gone: rebuild from the bucket (restore.py): the
-            # cloud tables, the local tables' backups, and the WAL objects after them.
-            assert cloud is not None
-            files = CloudTier.mirror_files(mirror)
-            started = time.monotonic()
-            self._stats["restored_table_bytes"] = download_backups(cloud, self.path, files,
-                                                                   self._progress)
-            for lvl, f in files:
-                levels[lvl].append(f)
-                if f.tier == LOCAL:
-                    self._pub.backups[f.number] = f.epoch  # type: ignore[union-attr]
-            next_file, last_seq = int(mirror["next_file"]), int(mirror["last_seq"])
-            if mirror.get("log_number") is not None:
-                log_number = rebuilt_from = int(mirror["log_number"])
-                segs, nbytes = write_segments(self.path, wal_objects, log_number)
-                self._stats["restored_wal_segments"] = segs
-                self._stats["restored_wal_bytes"] = nbytes
-            self._stats["restore_download_seconds"] = time.monotonic() - started
-            self._stats["restored_from_object_store"] = True
-        names = os.listdir(self.path)
-        for name in names:
-            parsed = filenames.parse_name(name)
-            if parsed:
-                next_file = max(next_file, parsed[1] + 1)
-        live = {f.number for lvl in levels for f in lvl}
-        segments = sorted(p[1] for p in map(filenames.parse_name, names)
-                          if p and p[0] == "log" and p[1] >= log_number)
-        headers = []
-        for number in segments:
-            header = read_segment_header(os.path.join(self.path,
-                                                      filenames.segment_name(number)))
-            if header is not None:  # None: cut short while being created, holds no writes
-                headers.append(header)
-                next_file = max(next_file, header.table_number + 1)
-        started = time.monotonic()
-        restored: list[Memtable] = []  # a rebuild's segments, as sealed memtables
-        if rebuilt_from is not None:
-            # Segments just written back from the bucket (complete, synced): loaded into
-            # memtables, as a writer's own unflushed ones, so the database is readable as
-            # soon as they are parsed; the flush thread turns them into tables after the
-            # open (the same replay of the same segment files, so the same tables).
-            for h in headers:
-                mem, seg_last = self._load_segment(h.number, h.table_number)
-                restored.append(mem)
-                last_seq = max(last_seq, seg_last)
-            self._stats["restored_memtables"] = len(restored)
-            headers = []
-        results = self._replay([{
-            "segment_path": os.path.join(self.path, filenames.segment_name(h.number)),
-            "table_path": os.path.join(self.path, filenames.table_name(h.table_number)),
-            "opts": self._job_opts, "snapshots": [],
-            "drop_damaged_tail": self._drop_damaged_tail} for h in headers])
-        self._stats["recovery_seconds"] = time.monotonic() - started
-        torn_before: int | None = None  # a segment that lost its tail, then writes after it
-        for header, result in zip(headers, results):
-            number = header.number
-            self._stats["recovered_segments"] += 1
-            self._stats["torn_wal_tails"] += int(result["torn"])
-            info: TableInfo | None = result["table"]
-            if torn_before is not None and info is not None:
-                # Writes after a hole: this segment was never synced (a sync syncs every
-                # earlier segment first), and applying it would resurrect writes that
-                # came after lost ones. Drop it like the torn tail before it.
-                self._stats["segments_dropped_after_torn"] += 1
-                continue
-            if result["torn"]:
-                torn_before = number
-            last_seq = max(last_seq, result["last_seq"])
-            if info is not None:
-                f = FileMeta(header.table_number, info.size, info.smallest, info.largest,
-                             info.min_seq, info.max_seq)
-                levels[0].append(f)
-                live.add(f.number)
+        found = recover(self.path, self.options, cloud, self._pub, self._stats,
+                        self._job_opts, self._flush_worker, self._progress)
+        self._fresh = found.fresh
+        self.db_id = found.db_id
+        levels, restored, last_seq = found.levels, found.restored, found.last_seq
         for f in (f for lvl in levels for f in lvl):
             f.table = self._open_table(f)
         version = Version(levels)
         self._version = version
         self._seq = last_seq
-        self._next_file = next_file
+        self._next_file = found.next_file
         self._mem = Memtable(*self._new_numbers(2))
         self._imm: list[Memtable] = restored[::-1]  # newest first, as sealed ones are
         self._wal = WalWriter(self.path, self._mem.segment, self._mem.table_number,
@@ -390,10 +266,11 @@ class DB:
         self._manifest = Manifest.create(self.path, self._take_number(), version,
                                          log_number=oldest_unflushed,
                                          next_file=self._next_file, last_seq=last_seq,
-                                         epoch=cloud.epoch if cloud else 0, db_id=db_id,
+                                         epoch=cloud.epoch if cloud else 0, db_id=self.db_id,
                                          mirror_gen=cloud.generation + 1 if cloud else 0)
         self._log_number = oldest_unflushed
         if cloud is not None:
+            wal_objects = found.wal_objects
             if self._shipping != "off":
                 self._shipper = WalShipper(cloud, self._shipping, self.options.wal_ship_interval,
                                            self._fail, {o.number: o.segment for o in wal_objects})
@@ -410,57 +287,13 @@ class DB:
             assert self._pub is not None
             self._pub.collect_garbage(self._version)
             self._collect_dead_objects()
-        keep = {filenames.manifest_name(self._manifest.number), filenames.segment_name(
-            self._mem.segment)} | {filenames.table_name(n) for n in live} | {
-            filenames.segment_name(m.segment) for m in restored}
-        for name in names:
-            if name in keep or name in (filenames.CURRENT, filenames.LOCK):
-                continue
-            if filenames.parse_name(name) or name.endswith(".tmp"):
-                try:
-                    os.unlink(os.path.join(self.path, name))
-                except FileNotFoundError:
-                    pass
+        keep = {filenames.manifest_name(self._manifest.number),
+                filenames.segment_name(self._mem.segment)}
+        keep |= {filenames.table_name(f.number) for lvl in levels for f in lvl}
+        keep |= {filenames.segment_name(m.segment) for m in restored}
+        remove_unreferenced(self.path, found.names, keep)
         fsync_dir(self.path)
         self._update_stall()
-
-    def _check_recoverable(self, state: ManifestState, mirror: dict[str, Any] | None) -> None:
-        """Raise CorruptionError unless every write the manifest describes is still
-        somewhere: the WAL segment it names as the oldest unflushed one, every local
-        table, and no cloud mirror newer than it. These hold for any manifest a crash
-        leaves; they fail when a record that took effect was lost (its WAL segment or
-        input tables were deleted after it was synced), so a damaged last record can be
-        dropped exactly when dropping it loses nothing."""
-        why = (f" (the manifest's last record was {state.tail} and dropped: it held an edit "
-               f"that had taken effect)" if state.tail != CLEAN else "")
-        seg = filenames.segment_name(state.log_number)
-        if not os.path.exists(os.path.join(self.path, seg)):
-            raise CorruptionError(f"{self.path}: WAL segment {seg}, which the manifest "
-                                  f"names as holding unflushed writes, is missing{why}; "
-                                  f"refusing to open, nothing was deleted")
-        for f in (f for _, f in state.version.files() if f.tier == LOCAL):
-            name = filenames.table_name(f.number)
-            if not os.path.exists(os.path.join(self.path, name)):
-                raise CorruptionError(f"table {name} is missing{why}")
-        if (mirror is not None and state.mirror_gen and mirror["epoch"] == state.epoch
-                and int(mirror["generation"]) > state.mirror_gen):
-            raise CorruptionError(
-                f"{self.path}: the object store's manifest mirror (generation "
-                f"{mirror['generation']}) is newer than the local manifest (generation "
-                f"{state.mirror_gen}){why}; move the directory away to reopen from the "
-                f"object store")
-
-    def _load_segment(self, number: int, table_number: int) -> tuple[Memtable, int]:
-        """A memtable holding the records of WAL segment ``number`` (a rebuild's), and
-        the last sequence number in it (0 if none)."""
-        seg = read_segment(os.path.join(self.path, filenames.segment_name(number)))
-        mem = Memtable(number, table_number)
-        last = 0
-        for payload in seg.records:
-            seq, ops = decode_batch(payload)
-            mem.put_batch(ops, seq, -1)
-            last = seq + len(ops) - 1
-        return mem, last
 
     def _open_table(self, f: FileMeta) -> Table:
         """Open the reader of ``f``: a local file, or a cloud object whose metadata comes
@@ -491,20 +324,6 @@ class DB:
 
     def _new_numbers(self, count: int) -> list[int]:
         return [self._take_number() for _ in range(count)]
-
-    def _replay(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Replay WAL segments, up to ``recovery_processes`` at once, in a pool of worker
-        processes of its own (stopped afterwards); one at a time without workers."""
-        if self._flush_worker is None or len(tasks) <= 1:
-            return replay_segments(tasks, lambda t: self._run_job(
-                self._flush_worker, "flush_segment", **t), 1)
-        n = min(len(tasks), self.options.recovery_processes or max(2, os.cpu_count() or 1))
-        pool = WorkerPool(n)  # its own processes, so the option holds whatever else runs
-        self._stats["recovery_processes"] = n
-        try:
-            return replay_segments(tasks, lambda t: pool.call("flush_segment", **t), n)
-        finally:
-            pool.stop()
 
     def _run_job(self, pool: WorkerPool | None, job: str, **kwargs: Any) -> Any:
         """Run a job in a worker of ``pool`` (or inline, on this thread)."""
