@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from . import cache_fill, filenames
 from .block_cache import BlockCache
 from .checkpoint import make_checkpoint
-from .bloom import key_hash
+from .bloom import key_hash, split_hash
 from .cloud import CloudTier
 from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
                          range_compaction)
@@ -43,6 +43,7 @@ from .memtable import MISSING, Memtable
 from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .publication import Publication
+from .range_del import RangeEnd, covering_seq, filter_chunk, union, visible
 from .recovery import recover, remove_unreferenced
 from .restore import Progress
 from .row_cache import RowCache
@@ -60,6 +61,25 @@ __all__ = ["DB", "Snapshot", "DBIterator"]
 _MANIFEST_ROLL_SIZE = 16 << 20
 #: How long close waits for the last WAL shipment (the local WAL keeps it anyway).
 _SHIP_AT_CLOSE_TIMEOUT = 10.0
+
+def _hide_covered(sources: list[Iterator[Chunk]], tombs: list[list], seq: int
+                  ) -> list[Iterator[Chunk]]:
+    """Each source without the keys that a tombstone (visible at ``seq``) of a newer
+    source covers: such a tombstone hides every version in older sources (range_del.py).
+    Inside its own source, a tombstone is applied by the source's scan."""
+    out: list[Iterator[Chunk]] = []
+    newer: list = []
+    for src, own in zip(sources, tombs):
+        out.append(_without(src, *union(newer)) if newer else src)
+        newer = newer + visible(own, seq)
+    return out
+
+
+def _without(src: Iterator[Chunk], starts: list[bytes], ends: list[bytes]
+             ) -> Iterator[Chunk]:
+    for keys, values in src:
+        yield filter_chunk(keys, values, starts, ends)
+
 
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix`` (None: none)."""
@@ -260,6 +280,8 @@ class DB:
         self._next_file = found.next_file
         self._mem = Memtable(*self._new_numbers(2))
         self._imm: list[Memtable] = restored[::-1]  # newest first, as sealed ones are
+        #: Whether range tombstones may exist: reads take the slower paths that apply them.
+        self._ranged = self._has_ranges()
         self._wal = WalWriter(self.path, self._mem.segment, self._mem.table_number,
                               last_seq + 1)
         oldest_unflushed = restored[0].segment if restored else self._mem.segment
@@ -366,6 +388,16 @@ class DB:
         """Remove ``key`` (no error if it is absent)."""
         self.write(WriteBatch().delete(key), sync)
 
+    def delete_range(self, start: BytesLike, end: BytesLike, sync: bool | None = None
+                     ) -> None:
+        """Remove every key ``k`` with ``start <= k < end``, as one range tombstone (no
+        scan: the cost does not depend on how many keys the range holds; compaction drops
+        the covered data later). As RocksDB's ``DeleteRange``: ``start == end`` is a
+        no-op, ``start > end`` raises InvalidArgumentError. Snapshots taken before it
+        still see the keys. See :meth:`WriteBatch.delete_range` to combine it with other
+        writes atomically."""
+        self.write(WriteBatch().delete_range(start, end), sync)
+
     def write(self, batch: WriteBatch, sync: bool | None = None) -> None:
         """Apply every operation of ``batch`` atomically: all of them survive a crash or
         none does, and no reader sees some without the others."""
@@ -374,8 +406,14 @@ class DB:
         ops = list(batch.ops)
         if not ops:
             return
+        ranged = False
         if not ops_within(ops, self._max_key, self._max_value):
             for i, (key, value) in enumerate(ops):  # convert, or find the offending one
+                if type(value) is RangeEnd:  # a range delete (made by WriteBatch: bytes)
+                    ranged = True
+                    self._check_sizes(key, b"")
+                    self._check_sizes(value.end, b"")  # type: ignore[attr-defined]
+                    continue
                 if type(key) is not bytes or (value is not None and type(value) is not bytes):
                     # ``ops`` is a public list: whatever a caller appended is converted here.
                     key = as_bytes(key, "key")
@@ -393,6 +431,8 @@ class DB:
                 end = wal.add(encode_batch(seq, ops))
             except OSError as e:
                 raise self._wal_failed(wal, e) from e
+            if ranged:
+                self._ranged = True  # before the new seq is published (see get)
             self._mem.put_batch(ops, seq, self._keep_upto)
             self._seq = seq + len(ops) - 1
             if self._rows:
@@ -553,6 +593,8 @@ class DB:
                 raise ClosedError("snapshot is closed or belongs to another database")
             seq = snapshot.seq
             rows = None
+        if self._ranged:  # read after seq: a delete_range sets it before publishing
+            return self._get_ranged(key, default, seq, snapshot is None)
         e = self._mem.entries.get(key)
         if e is None:
             value = self._get_below(key, seq)
@@ -572,6 +614,39 @@ class DB:
             e = self._mem.visible(key, seq)
             value = self._get_below(key, seq) if e is None else e[1]
         return default if value is None else value
+
+    def _get_ranged(self, key: bytes, default: bytes | None, seq: int, current: bool
+                    ) -> bytes | None:
+        """:meth:`get` while range tombstones exist: sources newest first, each giving the
+        newest covering tombstone and the newest version with their sequence numbers. A
+        tombstone hides every version in older sources (range_del.py), so the first
+        source holding either decides."""
+        mem = self._mem
+        e = mem.entries.get(key)
+        if current and e is not None and e[0] > seq:
+            with self._lock:  # a write to the key is in flight: see get
+                seq = self._seq
+        cover = 0
+        for m in [mem, *self._imm]:
+            if m.ranges:
+                cover = max(cover, covering_seq(m.ranges, key, seq))
+            e = m.visible(key, seq)
+            if e is not None or cover:
+                return default if e is None or e[0] < cover or e[1] is None else e[1]
+        v = self._version
+        word, mi = split_hash(key)
+        candidates = [t for lo, hi, t in v.l0_search if lo <= key <= hi]
+        for largest, smallest, tables in v.level_search:
+            i = bisect_left(largest, key)
+            if i < len(largest) and smallest[i] <= key:
+                candidates.append(tables[i])
+        for t in candidates:
+            if t.ranges:
+                cover = max(cover, covering_seq(t.ranges, key, seq))
+            e = t.get_entry(key, seq) if t.may_contain(word, mi) else None
+            if e is not None or cover:
+                return default if e is None or e[0] < cover or e[1] is None else e[1]
+        return default
 
     def _fill_row(self, key: bytes, value: bytes | None, seq: int) -> None:
         """Remember a value read at ``seq`` in the row cache (see row_cache.py for why
@@ -775,16 +850,31 @@ class DB:
               release: Callable[[], None] | None
               ) -> tuple[Iterator[tuple[bytes, bytes]], Callable[[], None]]:
         """Merge one source per memtable, per L0 file and per level, newest first."""
+        ranged = self._ranged  # (read after ``seq`` was taken: see get)
         mem, imm, v = self._mem, self._imm, self._version
         sources: list[Iterator[Chunk]] = [mem.scan(start, end, reverse, seq, self._lock)]
+        tombs = [mem.ranges] if ranged else []  # each source's, in step with ``sources``
         sources += [m.scan(start, end, reverse, seq, None) for m in imm]
+        tombs += [m.ranges for m in imm] if ranged else []
         for f in v.levels[0]:
             if f.overlaps(start, end):
                 sources.append(f.table.scan(start, end, reverse, seq))
+                if ranged:
+                    tombs.append(f.table.ranges)
         for level in range(1, v.num_levels):
             if v.levels[level]:
                 sources.append(self._level_scan(v, level, start, end, reverse, seq))
+                if ranged:
+                    tombs.append([t for f in v.levels[level] if f.overlaps(start, end)
+                                  for t in f.table.ranges])
+        if ranged:
+            sources = _hide_covered(sources, tombs, seq)
         return (merge_reverse if reverse else merge_forward)(sources, release)
+
+    def _has_ranges(self) -> bool:
+        """Whether any memtable or table holds a range tombstone (write lock held)."""
+        return bool(self._mem.ranges or any(m.ranges for m in self._imm)
+                    or any(f.table.ranges for _, f in self._version.files()))
 
     @staticmethod
     def _level_scan(v: Version, level: int, start: bytes | None, end: bytes | None,
@@ -1011,6 +1101,8 @@ class DB:
             self._log_edit(edit)
             with self._lock:
                 self._version = self._version.apply(edit)
+                if self._ranged:  # compaction may have dropped the last tombstones
+                    self._ranged = self._has_ranges()
                 self._stats["compactions"] += 1
                 if c.trivial_move:
                     self._stats["trivial_moves"] += 1

@@ -9,9 +9,10 @@ docs/format.md; golden files of each format are in tests/rocksmash/testdata/.
 from __future__ import annotations
 
 __all__ = [
-    "COMPRESSION_CODES", "KIND_DELETE", "KIND_PUT", "TIER_LOCAL", "TIER_CLOUD",
+    "COMPRESSION_CODES", "KIND_DELETE", "KIND_PUT", "KIND_RANGE_DELETE", "TIER_LOCAL",
+    "TIER_CLOUD",
     "DB_FORMAT_VERSION", "WAL_MAGIC", "WAL_FORMAT_VERSION", "TABLE_MAGIC",
-    "TABLE_FORMAT_VERSION", "META_FORMAT_VERSION", "META_FLAG_OFFSETS",
+    "TABLE_FORMAT_VERSION", "TABLE_FORMAT_PLAIN", "META_FORMAT_VERSION", "META_FLAG_OFFSETS",
     "DATA_CACHE_INDEX_MAGIC", "CLOUD_OBJECT_FORMAT", "MIRROR_FORMAT", "WAL_OBJECT_FORMAT",
 ]
 
@@ -21,6 +22,8 @@ COMPRESSION_CODES = {"none": 0, "lz4": 1, "zlib": 2, "zstd": 3}
 #: Operation kinds in a write batch (WAL records).
 KIND_DELETE = 0
 KIND_PUT = 1
+KIND_RANGE_DELETE = 2  # delete_range(start, end): WAL format 2 on
+
 
 #: Where a table lives, the ``tier`` item of a manifest ``add`` entry.
 TIER_LOCAL = 0
@@ -31,11 +34,15 @@ DB_FORMAT_VERSION = 1
 
 #: WAL segment header.
 WAL_MAGIC = b"rmshWAL\x01"
-WAL_FORMAT_VERSION = 1
+#: 2 adds operation kind 2 (KIND_RANGE_DELETE); segments of format 1 are still read.
+WAL_FORMAT_VERSION = 2
 
 #: Table footer.
 TABLE_MAGIC = b"rmshSST1"
-TABLE_FORMAT_VERSION = 1
+#: 2: the table has range tombstones (the ``range_deletions`` property); a table without
+#: any is still written as format 1, byte for byte as before.
+TABLE_FORMAT_VERSION = 2
+TABLE_FORMAT_PLAIN = 1
 
 #: MashMeta (MetaCache entries): the first byte, then a flags byte.
 META_FORMAT_VERSION = 1

@@ -10,6 +10,15 @@ key fall into stripes (seq <= s_1, s_1 < seq <= s_2, ...), and each snapshot see
 newest version of its stripe, so only that one is kept per stripe. With no snapshots
 that is just the newest version. At the bottommost level, deletions that are the oldest
 kept version of their key are dropped too (nothing older can reappear).
+
+Range tombstones (range_del.py): a version covered by a tombstone of the same stripe
+(no snapshot sees the version but not the tombstone) is dropped, at any level, since
+the tombstone goes on to the output. Tombstones are kept, except at the bottommost
+level, where one is kept only while a kept version in its range is older than it (for
+an older snapshot); with nothing below, it hides nothing else. Where the output is cut
+into tables, tombstones are cut too, at the successor of the last key of the table
+(``key + b"\0"``), so each table's key range covers its part and the tables of a level
+stay disjoint.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from __future__ import annotations
 import functools
 import heapq
 import os
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
 from .env import LocalFile, os_error
+from .range_del import RangeEnd, Tombstone, clip, union
 from .table import Table
 from .table_builder import TableBuilder, TableInfo
 from .wal import read_segment
@@ -46,16 +56,70 @@ def _retained(versions: list[tuple[int, bytes | None]], snapshots: list[int],
     return kept
 
 
+class _Ranges:
+    """The tombstones of one job's output, and which of them the current output table
+    needs (see the module doc)."""
+
+    def __init__(self, tombs: list[Tombstone], snapshots: list[int], bottommost: bool):
+        self.tombs = sorted(tombs)
+        self.starts, self.ends = union(self.tombs)
+        self.snapshots = snapshots
+        self.bottommost = bottommost
+        self.lo: bytes | None = None  # where the current table's part of them starts
+        self.needed: set[int] = set()  # bottommost: those that hide a kept version
+
+    def _covering(self, key: bytes) -> list[tuple[int, int]]:
+        """``(index, seq)`` of the tombstones covering ``key``."""
+        i = bisect_right(self.starts, key)
+        if not i or key >= self.ends[i - 1]:
+            return []  # outside the union of every tombstone: the common case
+        return [(n, t[2]) for n, t in enumerate(self.tombs) if t[0] <= key < t[1]]
+
+    def keep(self, key: bytes, versions: list[tuple[int, bytes | None]]
+             ) -> tuple[list[tuple[int, bytes | None]], set[int]]:
+        """Of one key's retained versions (newest first), those no tombstone drops; and
+        the tombstones that hide some of those (to go into ``needed`` once the version
+        is in a table)."""
+        cover = self._covering(key)
+        if not cover:
+            return versions, set()
+        snaps = self.snapshots
+        kept = []
+        needs: set[int] = set()
+        for seq, value in versions:
+            stripe = bisect_left(snaps, seq)
+            hiding = [(n, t) for n, t in cover if t > seq]
+            if any(bisect_left(snaps, t) == stripe for _, t in hiding):
+                continue  # no snapshot sees this version without the tombstone
+            kept.append((seq, value))
+            needs.update(n for n, _ in hiding)
+        return kept, needs
+
+    def cut(self, last_key: bytes | None) -> list[Tombstone]:
+        """The part of the tombstones for the table that ends at ``last_key`` (None: the
+        last table, which takes all that is left)."""
+        hi = None if last_key is None else last_key + b"\x00"
+        tombs = self.tombs if not self.bottommost else [
+            t for n, t in enumerate(self.tombs) if n in self.needed]
+        part = clip(tombs, self.lo, hi)
+        self.lo, self.needed = hi, set()
+        return part
+
+
 def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Iterator[str],
                   opts: dict, snapshots: list[int], bottommost: bool,
-                  target_size: int | None) -> list[TableInfo]:
-    """Write merged ``(key, -seq, value)`` entries, (key, -seq) ascending, to new tables.
+                  target_size: int | None, tombs: list[Tombstone] | None = None
+                  ) -> list[TableInfo]:
+    """Write merged ``(key, -seq, value)`` entries, (key, -seq) ascending, and range
+    tombstones ``tombs`` to new tables.
 
     Applies the retention rules; cuts a new table after ``target_size`` bytes, never
     between versions of one key (so tables of a level stay disjoint).
     """
     out: list[TableInfo] = []
     builder: TableBuilder | None = None
+    ranges = _Ranges(tombs, snapshots, bottommost) if tombs else None
+    last_added: list[bytes | None] = [None]  # the last key given to ``builder``
 
     def new_builder() -> TableBuilder:
         return TableBuilder(next(paths), block_size=opts["block_size"],
@@ -68,12 +132,21 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
         if builder is None:
             builder = new_builder()
         elif target_size is not None and builder.file_size >= target_size:
+            if ranges is not None:
+                builder.add_ranges(ranges.cut(last_added[0]))
             out.append(builder.finish())
             builder = new_builder()
         return builder
 
     try:
-        if not snapshots:
+        if ranges is not None:
+            _write_ranged(entries, ranges, bottommost, builder_for_next_key, last_added)
+            part = ranges.cut(None)
+            if part:
+                if builder is None:
+                    builder = new_builder()
+                builder.add_ranges(part)
+        elif not snapshots:
             # Fast path: the newest version of each key is the only one anyone can see.
             last = None
             for key, nseq, value in entries:
@@ -84,19 +157,7 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
                     continue
                 builder_for_next_key().add(key, -nseq, value)
         else:
-            def groups() -> Iterator[tuple[bytes, list[tuple[int, bytes | None]]]]:
-                cur: bytes | None = None
-                vs: list[tuple[int, bytes | None]] = []
-                for key, nseq, value in entries:
-                    if key != cur:
-                        if cur is not None:
-                            yield cur, vs
-                        cur, vs = key, []
-                    vs.append((-nseq, value))
-                if cur is not None:
-                    yield cur, vs
-
-            for key, vs in groups():
+            for key, vs in _key_groups(entries):
                 kept = _retained(vs, snapshots, bottommost)
                 if kept:
                     b = builder_for_next_key()
@@ -111,6 +172,38 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
     return out
 
 
+def _key_groups(entries: Iterable[tuple[bytes, int, bytes | None]]
+                ) -> Iterator[tuple[bytes, list[tuple[int, bytes | None]]]]:
+    """``(key, [(seq, value), ...] newest first)`` per key of merged entries."""
+    cur: bytes | None = None
+    vs: list[tuple[int, bytes | None]] = []
+    for key, nseq, value in entries:
+        if key != cur:
+            if cur is not None:
+                yield cur, vs
+            cur, vs = key, []
+        vs.append((-nseq, value))
+    if cur is not None:
+        yield cur, vs
+
+
+def _write_ranged(entries: Iterable[tuple[bytes, int, bytes | None]], ranges: _Ranges,
+                  bottommost: bool, builder_for_next_key: Callable[[], TableBuilder],
+                  last_added: list[bytes | None]) -> None:
+    """The point entries of :func:`_write_tables` beside range tombstones."""
+    for key, vs in _key_groups(entries):
+        kept, needs = ranges.keep(key, _retained(vs, ranges.snapshots, False))
+        if bottommost:
+            while kept and kept[-1][1] is None:
+                kept.pop()
+        if kept:
+            b = builder_for_next_key()  # (may cut the table before: then ``needed`` resets)
+            ranges.needed |= needs
+            for seq, value in kept:
+                b.add(key, seq, value)
+            last_added[0] = key
+
+
 def flush_segment(*, segment_path: str, table_path: str, opts: dict,
                   snapshots: list[int], drop_damaged_tail: bool = False) -> dict:
     """Replay a sealed WAL segment into the table its header names.
@@ -121,10 +214,14 @@ def flush_segment(*, segment_path: str, table_path: str, opts: dict,
     """
     seg = read_segment(segment_path, drop_damaged_tail=drop_damaged_tail)
     versions: dict[bytes, list[tuple[int, bytes | None]]] = {}
+    tombs: list[Tombstone] = []
     last_seq = seg.first_seq - 1
     for payload in seg.records:
         seq, ops = decode_batch(payload)
         for i, (key, value) in enumerate(ops):
+            if type(value) is RangeEnd:
+                tombs.append((key, value.end, seq + i))
+                continue
             vs = versions.get(key)
             if vs is None:
                 versions[key] = [(seq + i, value)]
@@ -133,13 +230,14 @@ def flush_segment(*, segment_path: str, table_path: str, opts: dict,
         if ops:
             last_seq = max(last_seq, seq + len(ops) - 1)
     table = None
-    if versions:
+    if versions or tombs:
         def entries() -> Iterator[tuple[bytes, int, bytes | None]]:
             for key in sorted(versions):
                 for seq, value in reversed(versions[key]):
                     yield key, -seq, value
 
-        tables = _write_tables(entries(), iter([table_path]), opts, snapshots, False, None)
+        tables = _write_tables(entries(), iter([table_path]), opts, snapshots, False, None,
+                               tombs)
         table = tables[0] if tables else None
     return {"table": table, "last_seq": last_seq, "torn": seg.torn,
             "first_seq": seg.first_seq}
@@ -230,7 +328,9 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
             yield from out_paths
             raise RuntimeError("compaction produced more tables than file numbers allocated")
 
-        infos = _write_tables(merged, paths(), opts, snapshots, bottommost, target_file_size)
+        tombs = [t for run in tables for table in run for t in table.ranges]
+        infos = _write_tables(merged, paths(), opts, snapshots, bottommost, target_file_size,
+                              tombs)
         if upload_keys is not None:
             from cloudtier import StoreError
 

@@ -22,6 +22,8 @@ from typing import Iterator
 
 from sortedcontainers import SortedList
 
+from .range_del import RangeEnd, Tombstone, covering_seq
+
 __all__ = ["Memtable", "MISSING", "ENTRY_OVERHEAD"]
 
 
@@ -44,7 +46,7 @@ _CHUNK = 64
 
 class Memtable:
     __slots__ = ("entries", "keys", "pending", "fold_lock", "old", "size", "segment",
-                 "table_number", "count")
+                 "table_number", "count", "ranges")
 
     def __init__(self, segment: int, table_number: int) -> None:
         #: key -> (seq, value); value None is a deletion.
@@ -57,6 +59,8 @@ class Memtable:
         self.old: dict[bytes, list[tuple[int, bytes | None]]] = {}
         self.size = 0
         self.count = 0
+        #: Range tombstones (range_del.py), sorted by start; replaced, never mutated.
+        self.ranges: list[Tombstone] = []
         #: The WAL segment holding exactly this memtable's writes, and its table number.
         self.segment = segment
         self.table_number = table_number
@@ -79,15 +83,16 @@ class Memtable:
 
     def put_batch(self, ops: list[tuple[bytes, bytes | None]], seq: int,
                   keep_upto: int) -> None:
-        """:meth:`put` of each operation in order, with sequence numbers from ``seq``."""
+        """:meth:`put` of each operation in order, with sequence numbers from ``seq``
+        (a range delete, value :class:`RangeEnd`, becomes a tombstone of its own)."""
         entries, pending, old = self.entries, self.pending, self.old
-        if keep_upto < 0:
+        values = [v for _, v in ops]
+        if keep_upto < 0 and RangeEnd not in set(map(type, values)):
             # No snapshot: no replaced version is kept, so the batch goes in with C-level
             # calls (a load's batch of 1,000 in about a third of the loop's time).
             # ``dict.fromkeys`` dedupes a key written twice; the later write wins in
             # ``update`` as in the loop.
             keys = [k for k, _ in ops]
-            values = [v for _, v in ops]
             pending += [k for k in dict.fromkeys(keys) if k not in entries]
             entries.update(zip(keys, zip(range(seq, seq + len(ops)), values)))
             self.count += len(ops)
@@ -96,6 +101,10 @@ class Memtable:
             return
         size = 0
         for key, value in ops:
+            if type(value) is RangeEnd:
+                self.add_range(key, value.end, seq)
+                seq += 1
+                continue
             e = entries.get(key)
             if e is None:
                 pending.append(key)
@@ -106,6 +115,11 @@ class Memtable:
             size += len(key) + (len(value) if value is not None else 0)
         self.count += len(ops)
         self.size += size + ENTRY_OVERHEAD * len(ops)
+
+    def add_range(self, start: bytes, end: bytes, seq: int) -> None:
+        """Add a range tombstone (counted in ``size`` and ``count`` by the caller's batch)."""
+        self.ranges = sorted(self.ranges + [(start, end, seq)])
+        self.size += len(start) + len(end)
 
     def visible(self, key: bytes, seq: int) -> tuple[int, bytes | None] | None:
         """The newest version with sequence <= ``seq``, or None if there is none here."""
@@ -142,11 +156,14 @@ class Memtable:
                 return
             keys: list[bytes] = []
             values: list[bytes | None] = []
+            ranges = self.ranges
             for key in reversed(chunk) if reverse else chunk:
                 e = self.visible(key, seq)
                 if e is not None:
                     keys.append(key)
-                    values.append(e[1])
+                    # Covered by a newer tombstone here: a deletion (it still shadows).
+                    values.append(None if ranges and covering_seq(ranges, key, seq) > e[0]
+                                  else e[1])
             yield keys, values
             if len(chunk) < size:
                 return

@@ -14,7 +14,7 @@ is held by an open descriptor, so the writer's deletions do not disturb the view
 record the writer is appending at that moment reads as a torn tail and is not part of
 the view (it was not acknowledged before the open).
 
-Every write method (``put``, ``write``, ``delete`` and those built on them, ``flush``,
+Every write method (``put``, ``write``, ``delete``, ``delete_range`` and those built on them, ``flush``,
 ``compact_range``, ``checkpoint``) raises InvalidArgumentError. Tiered databases
 (``object_store=``) cannot be opened read-only here yet (issue 14: readers from the bucket).
 """
@@ -122,6 +122,7 @@ class ReadOnlyDB(DB):
         self._mem = mem
         self._imm: list[Memtable] = []
         self._seq = last_seq
+        self._ranged = self._has_ranges()
 
     # ------------------------------------------------------------------ no writes
 
@@ -130,7 +131,7 @@ class ReadOnlyDB(DB):
             raise self._closed_error()
         raise InvalidArgumentError(f"{self.path} is open read-only")
 
-    put = write = delete = flush = compact_range = checkpoint = _refuse
+    put = write = delete = delete_range = flush = compact_range = checkpoint = _refuse
 
     def close(self) -> None:
         """Release the view's tables and caches (nothing on disk changes)."""

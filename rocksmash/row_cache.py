@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .range_del import RangeEnd
+
 __all__ = ["RowCache", "ROW_OVERHEAD"]
 
 #: Bytes per entry on top of key and value: two bytes objects' headers (33 each, rounded
@@ -86,7 +88,11 @@ class RowCache:
         """:meth:`update` for each operation of a published batch, in order."""
         rows = self.rows
         for key, value in ops:
-            if key in rows:
+            if type(value) is RangeEnd:  # a range delete: every cached key in it is gone
+                end = value.end  # type: ignore[attr-defined]
+                for k in [k for k in rows if key <= k < end]:
+                    self.update(k, None)
+            elif key in rows:
                 self.update(key, value)
 
     def clear(self) -> None:

@@ -18,6 +18,7 @@ from .bloom import BloomFilter
 from .env import RandomAccessFile
 from .errors import CorruptionError, NewerFormatError
 from .memtable import MISSING
+from .range_del import covering_seq, from_props
 from .table_format import FOOTER, FOOTER_SIZE, FORMAT_VERSION, HANDLE, TABLE_MAGIC
 
 __all__ = ["Table", "TableMeta", "read_table_meta"]
@@ -106,7 +107,7 @@ class Table:
 
     __slots__ = ("number", "file", "cache", "data_cache", "index_keys", "offsets", "sizes",
                  "nblocks", "filter", "fwords", "fnwords", "fmasks", "props", "max_seq",
-                 "name", "data_end", "blocks", "refs", "unique", "fetch_size",
+                 "name", "data_end", "blocks", "refs", "unique", "fetch_size", "ranges",
                  "__weakref__")
 
     def __init__(self, number: int, file: RandomAccessFile, cache: BlockCache | None,
@@ -134,6 +135,11 @@ class Table:
         self.max_seq = int(meta.props["max_seq"])
         #: One version per key (no snapshot kept older ones): scans take the fast path.
         self.unique = meta.props.get("count") == meta.props.get("distinct_keys")
+        try:
+            #: Range tombstones (range_del.py), sorted by start.
+            self.ranges = from_props(meta.props)
+        except (ValueError, TypeError) as e:
+            raise CorruptionError(f"{self.name}: bad range_deletions property ({e})") from None
         #: Cached decoded blocks and their CLOCK reference flags (owned by ``cache``).
         self.blocks: list[Block | None] = [None] * self.nblocks
         self.refs = bytearray(self.nblocks)
@@ -276,10 +282,27 @@ class Table:
         voffs = blk.voffs
         return blk.raw[base + voffs[j]:base + voffs[j + 1]]
 
+    def get_entry(self, key: bytes, seq: int) -> tuple[int, bytes | None] | None:
+        """``(seq, value)`` of the newest version of ``key`` with sequence <= ``seq``
+        (value None: a deletion), or None. The read path beside range tombstones."""
+        i = bisect_left(self.index_keys, key)
+        if i == self.nblocks:
+            return None
+        blk = self.block(i)
+        keys, seqs = blk.keys, blk.seqs
+        j = bisect_left(keys, key)
+        while j < len(keys) and keys[j] == key:
+            if seqs[j] <= seq:
+                return seqs[j], blk.value(j)
+            j += 1
+        return None
+
     def _chunk(self, blk: Block, lo: int, hi: int, seq: int
                ) -> tuple[Sequence[bytes], list[bytes | None]]:
-        """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key."""
-        if self.unique and seq >= self.max_seq:
+        """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key
+        (one covered by a newer range tombstone of this table: a deletion)."""
+        ranges = self.ranges
+        if self.unique and seq >= self.max_seq and not ranges:
             # Fast path (the common case): one version per key, all visible.
             return blk.keys[lo:hi], blk.values(lo, hi)
         keys: list[bytes] = []
@@ -290,7 +313,8 @@ class Table:
             if seqs[j] > seq or (keys and keys[-1] == key):
                 continue  # too new for this reader, or an older version of the same key
             keys.append(key)
-            vals.append(blk.value(j))
+            vals.append(None if ranges and covering_seq(ranges, key, seq) > seqs[j]
+                        else blk.value(j))
         return keys, vals
 
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from .block import BlockBuilder, encode_stored
 from .bloom import build_filter, key_hash
-from .table_format import FOOTER, FORMAT_VERSION, HANDLE, TABLE_MAGIC
+from .range_del import Tombstone, bounds, to_props
+from .table_format import FOOTER, FORMAT_PLAIN, FORMAT_VERSION, HANDLE, TABLE_MAGIC
 
 __all__ = ["TableBuilder", "TableInfo", "shortest_separator"]
 
@@ -48,7 +49,8 @@ def shortest_separator(a: bytes, b: bytes) -> bytes:
 
 
 class TableBuilder:
-    """Build a table at ``path``. Contract: ``add`` calls come in (key asc, seq desc) order.
+    """Build a table at ``path``. Contract: ``add`` calls come in (key asc, seq desc) order;
+    :meth:`add_ranges` (range tombstones) at any time before :meth:`finish`.
 
     The file is written to ``path`` directly and fsynced by :meth:`finish`; the caller
     publishes it (manifest edit) only after ``finish`` returns. :meth:`abandon` removes it.
@@ -74,6 +76,7 @@ class TableBuilder:
         self._max_seq = 0
         self._raw_keys = 0
         self._raw_values = 0
+        self._ranges: list[Tombstone] = []
 
     @property
     def file_size(self) -> int:
@@ -104,6 +107,14 @@ class TableBuilder:
         if seq > self._max_seq:
             self._max_seq = seq
 
+    def add_ranges(self, tombs: list[Tombstone]) -> None:
+        """Add range tombstones (a table may hold only these). They widen the table's key
+        range (see range_del.py) and make it a format 2 table."""
+        self._ranges += tombs
+        for _, _, seq in tombs:
+            self._min_seq = min(self._min_seq, seq)
+            self._max_seq = max(self._max_seq, seq)
+
     def _write(self, raw: bytes, compression: str) -> bytes:
         stored = encode_stored(raw, compression)
         handle = HANDLE.pack(self._offset, len(stored) - 5)
@@ -120,38 +131,47 @@ class TableBuilder:
 
     def finish(self, sync: bool = True) -> TableInfo:
         """Write filter, index, properties and footer; fsync; return the table's info."""
-        if not self.count:
+        if not self.count and not self._ranges:
             raise ValueError("cannot finish an empty table")
         self._flush_block()
-        assert self._pending is not None and self._smallest is not None
-        self._index.add(self._pending[0], 0, self._pending[1])
+        if self._pending is not None:
+            self._index.add(self._pending[0], 0, self._pending[1])
+        smallest, largest = self._smallest, self._last
+        covered = bounds(self._ranges)
+        if covered is not None:
+            smallest = covered[0] if smallest is None else min(smallest, covered[0])
+            largest = covered[1] if largest is None else max(largest, covered[1])
+        assert smallest is not None and largest is not None
+        version = FORMAT_VERSION if self._ranges else FORMAT_PLAIN
         filter_h = self._write(build_filter(self._hashes, self._bloom_bits), "none")
         index_h = self._write(self._index.finish(), self._compression)
         props = {
-            "format_version": FORMAT_VERSION,
+            "format_version": version,
             "count": self.count,
             "deletions": self._deletions,
             "distinct_keys": len(self._hashes),
             "data_blocks": len(self._index),
             "raw_key_bytes": self._raw_keys,
             "raw_value_bytes": self._raw_values,
-            "smallest": self._smallest.hex(),
-            "largest": self._last.hex() if self._last is not None else "",
+            "smallest": smallest.hex(),
+            "largest": largest.hex(),
             "min_seq": self._min_seq,
             "max_seq": self._max_seq,
             "compression": self._compression,
             "bloom_bits_per_key": self._bloom_bits,
         }
+        if self._ranges:
+            props["range_deletions"] = to_props(self._ranges)
         props_h = self._write(json.dumps(props, separators=(",", ":")).encode(), "none")
         self._f.write(FOOTER.pack(*HANDLE.unpack(filter_h), *HANDLE.unpack(index_h),
-                                  *HANDLE.unpack(props_h), FORMAT_VERSION, TABLE_MAGIC))
+                                  *HANDLE.unpack(props_h), version, TABLE_MAGIC))
         self._offset += FOOTER.size
         self._f.flush()
         if sync:
             os.fsync(self._f.fileno())
         self._f.close()
-        return TableInfo(self.path, self._offset, self._smallest, self._last or b"",
-                         self.count, self._min_seq, self._max_seq)
+        return TableInfo(self.path, self._offset, smallest, largest, self.count,
+                         self._min_seq, self._max_seq)
 
     def abandon(self) -> None:
         self._f.close()

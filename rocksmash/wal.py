@@ -9,7 +9,7 @@ Segment layout (integers little-endian)::
 
     header (40 bytes):
       magic: 8 bytes  b"rmshWAL\\x01"
-      format_version: u32 (1)
+      format_version: u32 (2; 1, without range deletions, is still read)
       segment_number: u64     the number in the file name
       table_number: u64       the table this segment's memtable flushes to
       first_seq: u64          sequence numbers in this segment are >= first_seq
@@ -147,7 +147,7 @@ def _parse_header(data: bytes, name: str) -> tuple[int, int, int] | None:
     if version > FORMAT_VERSION:
         raise NewerFormatError(f"{name}: WAL format version {version} is newer than this "
                                f"rocksmash understands ({FORMAT_VERSION}); upgrade rocksmash")
-    if version != FORMAT_VERSION:
+    if version not in (1, FORMAT_VERSION):
         raise CorruptionError(f"{name}: unknown WAL format version {version}")
     return number, table_number, first_seq
 

@@ -5,9 +5,10 @@ Payload of one WAL record (integers little-endian)::
     seq: u64          sequence number of the first operation; operation i has seq + i
     count: u32        number of operations
     count times:
-      kind: u8        1 = put, 0 = delete
-      key_len: u32, key bytes
+      kind: u8        1 = put, 0 = delete, 2 = range delete (WAL format 2 on)
+      key_len: u32, key bytes   (range delete: the range's start)
       (put only) value_len: u32, value bytes
+      (range delete only) end_len: u32, end bytes   (the range's exclusive end)
 
 Do not change this layout; see docs/format.md.
 """
@@ -18,12 +19,13 @@ import struct
 from itertools import chain, repeat
 from typing import Iterable, Iterator, Sequence
 
-from .errors import CorruptionError
-from .formats import KIND_DELETE, KIND_PUT
+from .errors import CorruptionError, InvalidArgumentError
+from .formats import KIND_DELETE, KIND_PUT, KIND_RANGE_DELETE
 from .keys import BytesLike, as_bytes
+from .range_del import RangeEnd
 
-__all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "encode_batch", "encode_put",
-           "decode_batch", "ops_within"]
+__all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "KIND_RANGE_DELETE", "RangeEnd",
+           "encode_batch", "encode_put", "decode_batch", "ops_within"]
 
 
 _HEAD = struct.Struct("<QI")
@@ -33,7 +35,7 @@ _KIND_LEN = struct.Struct("<BI")
 
 
 class WriteBatch:
-    """Puts and deletes applied atomically by :meth:`rocksmash.DB.write`.
+    """Puts, deletes and range deletes applied atomically by :meth:`rocksmash.DB.write`.
 
     Keys and values are bytes-like (``bytes``, ``bytearray``, ``memoryview``; copied to
     ``bytes`` at once, see :mod:`rocksmash.keys`); anything else, ``str`` included, raises
@@ -44,7 +46,8 @@ class WriteBatch:
     __slots__ = ("ops",)
 
     def __init__(self) -> None:
-        #: (key, value) pairs in order; value ``None`` means delete.
+        #: (key, value) pairs in order; value ``None`` means delete, and a
+        #: :class:`~rocksmash.range_del.RangeEnd` a range delete from ``key``.
         self.ops: list[tuple[bytes, bytes | None]] = []
 
     def put(self, key: BytesLike, value: BytesLike) -> "WriteBatch":
@@ -72,6 +75,19 @@ class WriteBatch:
         if type(key) is not bytes:
             key = as_bytes(key, "key")
         self.ops.append((key, None))
+        return self
+
+    def delete_range(self, start: BytesLike, end: BytesLike) -> "WriteBatch":
+        """Delete every key ``k`` with ``start <= k < end`` (as RocksDB's ``DeleteRange``:
+        ``start == end`` deletes nothing and adds nothing; ``start > end`` raises
+        :class:`~rocksmash.errors.InvalidArgumentError`). Keys written later in the batch,
+        or later at all, are not affected."""
+        start = as_bytes(start, "start")
+        end = as_bytes(end, "end")
+        if start > end:
+            raise InvalidArgumentError(f"delete_range: start {start!r} is after end {end!r}")
+        if start != end:
+            self.ops.append((start, RangeEnd(end)))  # type: ignore[arg-type]
         return self
 
     def clear(self) -> None:
@@ -120,7 +136,8 @@ def encode_batch(seq: int, ops: Sequence[tuple[bytes, bytes | None]]) -> bytes:
     n = len(ops)
     if n > 1:
         keys, values = zip(*ops)
-        if (None not in values and len(set(map(len, keys))) == 1
+        if (None not in values and set(map(type, values)) == _BYTES
+                and len(set(map(len, keys))) == 1
                 and len(set(map(len, values))) == 1):
             kl, vl = len(keys[0]), len(values[0] or b"")
             shape = _SHAPES.get((n, kl, vl))
@@ -136,6 +153,10 @@ def encode_batch(seq: int, ops: Sequence[tuple[bytes, bytes | None]]) -> bytes:
         if value is None:
             parts.append(_KIND_LEN.pack(KIND_DELETE, len(key)))
             parts.append(key)
+        elif type(value) is RangeEnd:
+            end = value.end  # type: ignore[attr-defined]
+            parts += (_KIND_LEN.pack(KIND_RANGE_DELETE, len(key)), key, _U32.pack(len(end)),
+                      end)
         else:
             parts.append(_KIND_LEN.pack(KIND_PUT, len(key)))
             parts.append(key)
@@ -165,6 +186,14 @@ def decode_batch(payload: bytes) -> tuple[int, list[tuple[bytes, bytes | None]]]
                 ops.append((key, value))
             elif kind == KIND_DELETE:
                 ops.append((key, None))
+            elif kind == KIND_RANGE_DELETE:
+                (elen,) = _U32.unpack_from(payload, pos)
+                pos += 4
+                end = payload[pos:pos + elen]
+                pos += elen
+                if len(end) != elen:
+                    raise CorruptionError("truncated range end")
+                ops.append((key, RangeEnd(end)))  # type: ignore[arg-type]
             else:
                 raise CorruptionError(f"unknown operation kind {kind}")
             if len(key) != klen:

@@ -14,7 +14,8 @@ OPTIONS = dict(memtable_size="24KiB", target_file_size="32KiB", level_base_size=
 
 
 def ops(seed: int):
-    """The op stream for ``seed``: ("put", key, value) | ("del", key) | ("batch", [...])."""
+    """The op stream for ``seed``: ("put", key, value) | ("del", key) | ("batch", [...])
+    | ("range", start, end) (a delete_range of up to 40 keys)."""
     r = random.Random(seed)
     n = 0
     while True:
@@ -23,8 +24,10 @@ def ops(seed: int):
         key = b"key%04d" % r.randrange(1500)
         if x < 0.7:
             yield ("put", key, b"%d-%d-" % (seed, n) + b"v" * r.randrange(0, 200))
-        elif x < 0.85:
+        elif x < 0.83:
             yield ("del", key)
+        elif x < 0.85:
+            yield ("range", key, key[:3] + b"%04d" % (int(key[3:]) + r.randrange(1, 40)))
         else:
             yield ("batch", [(b"key%04d" % r.randrange(1500),
                               None if r.random() < 0.3 else b"%d-%d-b%d" % (seed, n, i))
@@ -43,6 +46,8 @@ def main() -> None:
             db.put(op[1], op[2], sync=sync)
         elif op[0] == "del":
             db.delete(op[1], sync=sync)
+        elif op[0] == "range":
+            db.delete_range(op[1], op[2], sync=sync)
         else:
             b = rocksmash.WriteBatch()
             for k, v in op[1]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from rocksmash.range_del import RangeEnd
+
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
 #: The table's entries: (key, seq, value or None for a deletion), in table order.
@@ -12,8 +14,17 @@ TABLE_ENTRIES = [(b"apple", 7, b"red" * 20), (b"banana", 9, None), (b"banana", 3
                  (b"cherry", 5, b"dark red" * 30)] + [
                 (b"key%04d" % i, 100 + i, b"value%04d" % i * 3) for i in range(200)]
 #: The WAL segment: number 12, flushing to table 13, first sequence 41, two batches.
+#: ``wal.log`` is its format 1 file (written before range deletions; only read now).
 WAL = dict(number=12, table_number=13, first_seq=41,
            batches=[(41, [(b"a", b"1"), (b"b", None)]), (43, [(b"c", b"3" * 100)])])
+#: A WAL segment of format 2 (``wal2.log``): the same batches, then one with a range delete.
+WAL2 = dict(WAL, batches=WAL["batches"] + [
+    (44, [(b"b", b"2"), (b"a", RangeEnd(b"c")), (b"c", None)])])
+#: A table with range tombstones (``table-ranges.sst``, format 2): entries as above, and
+#: (start, end, seq) tombstones; one of them covers no key of its own table.
+RANGE_TABLE_ENTRIES = [(b"a", 9, b"new"), (b"a", 4, b"old"), (b"b", 3, b"covered"),
+                       (b"d", 8, None)]
+RANGE_TABLE_TOMBSTONES = [(b"a", b"c", 6), (b"x", b"z\x00", 7)]
 #: The manifest: number 20, snapshot then one edit.
 MANIFEST_NUMBER = 20
 #: The cloud objects.
@@ -56,12 +67,25 @@ def build(tmp: str) -> dict[str, str]:
         b.add(key, seq, value)
     b.finish()
     out["table.sst"] = table
+    ranged = os.path.join(tmp, "000014.sst")
+    b = TableBuilder(ranged, block_size=512, compression="lz4", bloom_bits_per_key=10)
+    for key, seq, value in RANGE_TABLE_ENTRIES:
+        b.add(key, seq, value)
+    b.add_ranges(RANGE_TABLE_TOMBSTONES)
+    b.finish()
+    out["table-ranges.sst"] = ranged
 
-    wal = WalWriter(tmp, WAL["number"], WAL["table_number"], WAL["first_seq"])
-    for seq, ops in WAL["batches"]:
+    os.makedirs(os.path.join(tmp, "wal2"))
+    wal = WalWriter(os.path.join(tmp, "wal2"), WAL2["number"], WAL2["table_number"],
+                    WAL2["first_seq"])
+    for seq, ops in WAL2["batches"]:
         wal.add(encode_batch(seq, ops))
     wal.close()
-    out["wal.log"] = wal.path
+    out["wal2.log"] = wal.path
+    wal = WalWriter(tmp, WAL["number"], WAL["table_number"], WAL["first_seq"])
+    for seq, ops in WAL["batches"]:  # (wal.log's records: the WAL object's below)
+        wal.add(encode_batch(seq, ops))
+    wal.close()
 
     mdir = os.path.join(tmp, "manifest")
     os.makedirs(mdir)

@@ -33,6 +33,11 @@ def apply(model: dict, op) -> set[bytes]:
     if op[0] == "del":
         model.pop(op[1], None)
         return {op[1]}
+    if op[0] == "range":
+        gone = {k for k in model if op[1] <= k < op[2]}
+        for k in gone:
+            del model[k]
+        return gone
     for k, v in op[1]:
         if v is None:
             model.pop(k, None)

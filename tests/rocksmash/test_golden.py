@@ -23,8 +23,9 @@ from rocksmash.table import Table
 from rocksmash.wal import read_segment
 from rocksmash.write_batch import decode_batch
 
-from .golden import (EPOCH_DOC, MANIFEST_NUMBER, MIRROR3_DOC, MIRROR_DOC, OUT, TABLE_ENTRIES,
-                     WAL, WAL_FENCE_HEADER, WAL_RECORDS_HEADER, build)
+from .golden import (EPOCH_DOC, MANIFEST_NUMBER, MIRROR3_DOC, MIRROR_DOC, OUT,
+                     RANGE_TABLE_ENTRIES, RANGE_TABLE_TOMBSTONES, TABLE_ENTRIES, WAL, WAL2,
+                     WAL_FENCE_HEADER, WAL_RECORDS_HEADER, build)
 
 
 def golden(name):
@@ -60,11 +61,29 @@ def test_mashmeta_decodes():
         t.close()
 
 
-def test_wal_segment_decodes():
-    seg = read_segment(golden("wal.log"))
+@pytest.mark.parametrize("name,want", [("wal.log", WAL), ("wal2.log", WAL2)])
+def test_wal_segment_decodes(name, want):
+    """Format 1 (written by earlier releases, no encoder any more) and format 2."""
+    seg = read_segment(golden(name))
     assert (seg.number, seg.table_number, seg.first_seq, seg.torn) == (
-        WAL["number"], WAL["table_number"], WAL["first_seq"], False)
-    assert [decode_batch(r) for r in seg.records] == WAL["batches"]
+        want["number"], want["table_number"], want["first_seq"], False)
+    assert [decode_batch(r) for r in seg.records] == want["batches"]
+    assert open(golden(name), "rb").read()[8] == (1 if name == "wal.log" else 2)
+
+
+def test_range_table_decodes():
+    t = Table(14, LocalFile(golden("table-ranges.sst")), None)
+    try:
+        assert list(t.entries()) == [(k, -s, v) for k, s, v in RANGE_TABLE_ENTRIES]
+        assert t.ranges == RANGE_TABLE_TOMBSTONES
+        assert (t.props["format_version"], t.props["smallest"], t.props["largest"]) == (
+            2, b"a".hex(), b"z".hex())  # the key range covers the tombstones
+        assert t.get_entry(b"b", 10) == (3, b"covered")  # (the reader applies tombstones)
+        assert open(golden("table-ranges.sst"), "rb").read()[-12:-8] == b"\x02\0\0\0"
+        assert list(t.scan(None, None, False, 10)) == [([b"a", b"b", b"d"],
+                                                        [b"new", None, None])]
+    finally:
+        t.close()
 
 
 def test_manifest_decodes(tmp_path):

@@ -1,5 +1,5 @@
-"""The engine against a dict model: random puts, deletes, batches, snapshots, scans in
-both directions with bounds, flushes, compactions, close and reopen. Every answer must
+"""The engine against a dict model: random puts, deletes, range deletes, batches,
+snapshots, scans in both directions with bounds, flushes, compactions, close and reopen. Every answer must
 match the model's. Small memtables and level sizes force flushes and multi-level
 compactions every few operations; background work runs concurrently with the test."""
 
@@ -73,6 +73,38 @@ class DBModel(RuleBasedStateMachine):
         self.db.write(b)
         for k, v in ops:
             if v is None:
+                self.model.pop(k, None)
+            else:
+                self.model[k] = v
+
+    @rule(start=KEYS, end=KEYS)
+    def delete_range(self, start, end):
+        if start > end:
+            with pytest.raises(rocksmash.InvalidArgumentError):
+                self.db.delete_range(start, end)
+            return
+        self.db.delete_range(start, end)  # start == end: nothing
+        for k in [k for k in self.model if start <= k < end]:
+            del self.model[k]
+
+    @rule(ops=st.lists(st.tuples(KEYS, st.one_of(st.none(), VALUES, st.tuples(KEYS))),
+                       max_size=6))
+    def batch_with_ranges(self, ops):
+        """Puts, deletes and range deletes (value ``(end,)``) in one batch, in order."""
+        b = rocksmash.WriteBatch()
+        for k, v in ops:
+            if isinstance(v, tuple):
+                start, end = min(k, v[0]), max(k, v[0])
+                b.delete_range(start, end)
+            else:
+                b.put(k, v) if v is not None else b.delete(k)
+        self.db.write(b)
+        for k, v in ops:
+            if isinstance(v, tuple):
+                start, end = min(k, v[0]), max(k, v[0])
+                for key in [key for key in self.model if start <= key < end]:
+                    del self.model[key]
+            elif v is None:
                 self.model.pop(k, None)
             else:
                 self.model[k] = v
