@@ -412,7 +412,7 @@ class DB:
                 if type(value) is RangeEnd:  # a range delete (made by WriteBatch: bytes)
                     ranged = True
                     self._check_sizes(key, b"")
-                    self._check_sizes(value.end, b"")  # type: ignore[attr-defined]
+                    self._check_sizes(value.end, b"")
                     continue
                 if type(key) is not bytes or (value is not None and type(value) is not bytes):
                     # ``ops`` is a public list: whatever a caller appended is converted here.

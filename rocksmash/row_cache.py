@@ -89,7 +89,7 @@ class RowCache:
         rows = self.rows
         for key, value in ops:
             if type(value) is RangeEnd:  # a range delete: every cached key in it is gone
-                end = value.end  # type: ignore[attr-defined]
+                end = value.end
                 for k in [k for k in rows if key <= k < end]:
                     self.update(k, None)
             elif key in rows:

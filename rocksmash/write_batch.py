@@ -154,7 +154,7 @@ def encode_batch(seq: int, ops: Sequence[tuple[bytes, bytes | None]]) -> bytes:
             parts.append(_KIND_LEN.pack(KIND_DELETE, len(key)))
             parts.append(key)
         elif type(value) is RangeEnd:
-            end = value.end  # type: ignore[attr-defined]
+            end = value.end
             parts += (_KIND_LEN.pack(KIND_RANGE_DELETE, len(key)), key, _U32.pack(len(end)),
                       end)
         else:
