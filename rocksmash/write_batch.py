@@ -165,6 +165,16 @@ def encode_batch(seq: int, ops: Sequence[tuple[bytes, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
+def _sized(payload: bytes, pos: int, what: str) -> tuple[bytes, int]:
+    """A ``len: u32`` then that many bytes at ``pos``; and the position after them."""
+    (n,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    data = payload[pos:pos + n]
+    if len(data) != n:
+        raise CorruptionError(f"truncated {what}")
+    return data, pos + n
+
+
 def decode_batch(payload: bytes) -> tuple[int, list[tuple[bytes, bytes | None]]]:
     """Return ``(first_seq, ops)``; raise CorruptionError on a malformed payload."""
     try:
@@ -177,22 +187,12 @@ def decode_batch(payload: bytes) -> tuple[int, list[tuple[bytes, bytes | None]]]
             key = payload[pos:pos + klen]
             pos += klen
             if kind == KIND_PUT:
-                (vlen,) = _U32.unpack_from(payload, pos)
-                pos += 4
-                value = payload[pos:pos + vlen]
-                pos += vlen
-                if len(value) != vlen:
-                    raise CorruptionError("truncated value")
+                value, pos = _sized(payload, pos, "value")
                 ops.append((key, value))
             elif kind == KIND_DELETE:
                 ops.append((key, None))
             elif kind == KIND_RANGE_DELETE:
-                (elen,) = _U32.unpack_from(payload, pos)
-                pos += 4
-                end = payload[pos:pos + elen]
-                pos += elen
-                if len(end) != elen:
-                    raise CorruptionError("truncated range end")
+                end, pos = _sized(payload, pos, "range end")
                 ops.append((key, RangeEnd(end)))  # type: ignore[arg-type]
             else:
                 raise CorruptionError(f"unknown operation kind {kind}")
