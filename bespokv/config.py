@@ -83,9 +83,14 @@ class DataletSpec:
 
 @dataclass(frozen=True)
 class NodeConfig:
+    """One node. ``address`` is where the others and the clients reach it (in the shard
+    map); ``listen``, when given, is what the node binds instead (a proxy, a NAT or a
+    fault-injecting link in between forwards ``address`` to it)."""
+
     id: str
     address: str
     datalet: DataletSpec | None = None
+    listen: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,7 @@ class ClusterConfig:
                 id=str(n["id"]),
                 address=str(n.get("address", "127.0.0.1:0")),
                 datalet=DataletSpec.from_dict(n["datalet"]) if "datalet" in n else None,
+                listen=str(n["listen"]) if "listen" in n else None,
             )
             for n in d.get("nodes", [])
         )
@@ -345,6 +351,8 @@ class ClusterConfig:
             nd: dict[str, Any] = {"id": n.id, "address": n.address}
             if n.datalet:
                 nd["datalet"] = n.datalet.to_dict()
+            if n.listen:
+                nd["listen"] = n.listen
             out["nodes"].append(nd)
         if self.shard_overrides:
             out["shards"] = []

@@ -127,6 +127,8 @@ class Node:
 
     @property
     def address(self) -> str:
+        if self.node_config.listen:  # reached through something that forwards to us
+            return self.node_config.address
         host = self.node_config.address.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
@@ -207,7 +209,7 @@ class Node:
             )
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        addr = self.node_config.address
+        addr = self.node_config.listen or self.node_config.address
         if self.config.tls is not None:
             self.port = server.add_secure_port(addr, server_credentials(self.config.tls))
         else:

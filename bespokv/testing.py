@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -186,6 +187,14 @@ class LocalCluster:
     N-member etcd (``<dir>/etcd``) first and has the nodes coordinate through it (leases,
     failover); 0 keeps the static shard map. Node logs go to ``<dir>/logs/<node>.log``; the
     config is ``<dir>/cluster.toml``.
+
+    ``cuttable=True`` puts a ``cloudtier.proxy.DelayProxy`` on every path *into* a node
+    (its advertised address forwards to the port it listens on) and on its paths to each
+    etcd member (its own config, ``<dir>/cluster-<node>.toml``, names those proxies), so
+    :meth:`cut` partitions a node: nobody reaches it and it reaches no etcd member (its
+    lease expires, the cluster fails over). Its own calls to the other nodes are not cut
+    (they go through the others' proxies): they are what fencing must refuse.
+    :meth:`direct_address` is its real port, for a client on its side of the cut.
     """
 
     def __init__(
@@ -206,6 +215,7 @@ class LocalCluster:
         detach: bool = False,
         etcd: int = 0,
         tls: TlsConfig | None = None,
+        cuttable: bool = False,
     ) -> None:
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="bespokv-cluster-")
@@ -232,9 +242,28 @@ class LocalCluster:
             config = config.replace(etcd=tuple(f"{h}:{p}" for h, p in self.etcd.endpoints))
         if tls is not None:
             config = config.replace(tls=tls)
+        #: per node: (listen port, target) of each proxy on its paths (cuttable clusters)
+        self._links: dict[str, list[tuple[int, str]]] = {}
+        self.proxies: dict[str, list[Any]] = {}
+        node_etcd: dict[str, tuple[str, ...]] = {}
+        if cuttable:
+            nodes_cfg = []
+            for n in config.nodes:
+                listen = f"127.0.0.1:{free_port()}"
+                nodes_cfg.append(dataclasses.replace(n, listen=listen))
+                links = [(int(n.address.rsplit(":", 1)[1]), listen)]
+                for ep in config.etcd:
+                    links.append((free_port(), ep))
+                self._links[n.id] = links
+                node_etcd[n.id] = tuple(f"127.0.0.1:{port}" for port, _ in links[1:])
+            config = config.replace(nodes=tuple(nodes_cfg))
         self.config = config.replace(base_dir=self.dir)
         self.config_path = os.path.join(self.dir, "cluster.toml")
         self.config.write(self.config_path)
+        self._node_config_paths: dict[str, str] = {}
+        for nid, eps in node_etcd.items():
+            path = self._node_config_paths[nid] = os.path.join(self.dir, f"cluster-{nid}.toml")
+            self.config.replace(etcd=eps).write(path)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.detach = detach
         self.python = python
@@ -256,6 +285,11 @@ class LocalCluster:
     def start(self, *, wait: bool = True, timeout: float = 60.0) -> LocalCluster:
         if self.etcd is not None:
             self.etcd.start()
+        if self._links and not self.proxies:
+            from cloudtier.proxy import DelayProxy
+
+            for nid, links in self._links.items():
+                self.proxies[nid] = [DelayProxy(target, port=port).start() for port, target in links]
         for r in self.redis.values():
             r.start()
         for nid in self.node_ids:
@@ -271,7 +305,8 @@ class LocalCluster:
         log = open(os.path.join(self.dir, "logs", f"{node_id}.log"), "ab")
         try:
             proc = subprocess.Popen(
-                [self.python, "-m", "bespokv", "node", "--config", self.config_path, "--node", node_id],
+                [self.python, "-m", "bespokv", "node", "--config",
+                 self._node_config_paths.get(node_id, self.config_path), "--node", node_id],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,
@@ -304,6 +339,26 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(5)
+
+    def cut(self, node_id: str) -> None:
+        """Partition the node (a cuttable cluster): no byte reaches it, and none of its
+        own reaches etcd, until :meth:`heal`."""
+        for p in self._proxies_of(node_id):
+            p.cut()
+
+    def heal(self, node_id: str) -> None:
+        for p in self._proxies_of(node_id):
+            p.heal()
+
+    def direct_address(self, node_id: str) -> str:
+        """Where the node really listens (past its cuttable proxy)."""
+        n = self.config.node(node_id)
+        return n.listen or n.address
+
+    def _proxies_of(self, node_id: str) -> list[Any]:
+        if not self._links:
+            raise RuntimeError("not a cuttable cluster (LocalCluster(..., cuttable=True))")
+        return self.proxies[node_id]
 
     def pause(self, node_id: str) -> None:
         """SIGSTOP the node: it holds its sockets but answers nothing (a stalled process)."""
@@ -407,6 +462,10 @@ class LocalCluster:
             r.stop()
         if self.etcd is not None:
             self.etcd.stop()
+        for ps in self.proxies.values():
+            for p in ps:
+                p.stop()
+        self.proxies.clear()
 
     def cleanup(self) -> None:
         self.stop()

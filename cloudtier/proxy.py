@@ -16,7 +16,14 @@ proxy listens on 127.0.0.1, forwards every connection to a target (an S3 endpoin
   a busy client does not split a burst;
 * optionally delays the first bytes of each server->client burst by ``response_delay_ms``;
 * caps throughput at ``bandwidth`` bytes/s per direction, shared by all connections
-  (one emulated link), by pacing each chunk to the time the link would need to send it.
+  (one emulated link), by pacing each chunk to the time the link would need to send it;
+* can cut the link (:meth:`DelayProxy.cut`, a network partition) and heal it again
+  (:meth:`DelayProxy.heal`). While cut, no byte passes in either direction and a new
+  connection is accepted but not connected to the target: the peers see silence, not a
+  refusal or a reset, as when packets are dropped. Bytes sent meanwhile wait (in the
+  proxy's current read and the kernels' socket buffers, then the sender blocks) and pass
+  after the heal, as TCP retransmission would deliver them. A peer's own timeouts and
+  keep-alives decide whether its connection survives the cut.
 
 Every engine in a comparison should talk to its endpoint through the same proxy.
 
@@ -141,6 +148,8 @@ class DelayProxy:
         self._connections = 0
         self._up = _Direction(self.delay_ms / 1000.0, self.bandwidth)
         self._down = _Direction(self.response_delay_ms / 1000.0, self.bandwidth)
+        self._cut = False
+        self._healed: asyncio.Event | None = None  # set while the link is up (loop thread)
 
     @property
     def endpoint_url(self) -> str:
@@ -155,6 +164,34 @@ class DelayProxy:
             f"request delay {self.delay_ms:g} ms, response delay {self.response_delay_ms:g} ms, "
             f"bandwidth {bw} per direction"
         )
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut
+
+    def cut(self) -> None:
+        """Drop the link: from now on no byte passes either way (see the module doc)."""
+        self._set_cut(True)
+
+    def heal(self) -> None:
+        """Restore the link: held bytes and connections go on."""
+        self._set_cut(False)
+
+    def _set_cut(self, value: bool) -> None:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            raise RuntimeError("DelayProxy is not running")
+
+        async def apply() -> None:
+            assert self._healed is not None
+            self._cut = value
+            if value:
+                self._healed.clear()
+            else:
+                self._healed.set()
+
+        # Returns once the loop thread has applied it: no byte is forwarded after cut().
+        asyncio.run_coroutine_threadsafe(apply(), loop).result(timeout=10)
 
     def stats(self) -> dict[str, int]:
         """Counters: connections, requests/responses (bursts), bytes_up/bytes_down.
@@ -218,6 +255,9 @@ class DelayProxy:
     # --- the loop thread --------------------------------------------------------------
 
     async def _open(self) -> None:
+        self._healed = asyncio.Event()
+        if not self._cut:
+            self._healed.set()
         self._server = await asyncio.start_server(self._handle, self.host, self._requested_port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
@@ -237,6 +277,8 @@ class DelayProxy:
         self._connections += 1
         server_w: asyncio.StreamWriter | None = None
         try:
+            assert self._healed is not None
+            await self._healed.wait()  # a cut link connects nothing
             try:
                 server_r, server_w = await asyncio.open_connection(*self.target)
             except OSError:
@@ -281,6 +323,8 @@ class DelayProxy:
                 d.bursts += 1
                 if d.delay_s:
                     await asyncio.sleep(d.delay_s)
+            assert self._healed is not None
+            await self._healed.wait()  # a cut link forwards nothing (the bytes wait here)
             await d.pace(len(data))
             # Counted before it is forwarded: once the peer holds these bytes, stats()
             # includes them (counting after drain() let a reader see the reply but not

@@ -161,6 +161,31 @@ def test_stop_closes_open_connections(echo_server: tuple[str, int]) -> None:
     proxy.stop()  # idempotent
 
 
+def test_a_cut_link_passes_nothing_and_a_healed_one_delivers_what_waited(echo_server: tuple[str, int]) -> None:
+    with DelayProxy(echo_server) as proxy:
+        old = socket.create_connection((proxy.host, proxy.port), timeout=5)
+        assert exchange(old, b"before") == b"before"
+        proxy.cut()
+        assert proxy.is_cut
+        old.sendall(b"during")
+        new = socket.create_connection((proxy.host, proxy.port), timeout=5)  # accepted: silence, not a refusal
+        new.sendall(b"new one")
+        for sock in (old, new):
+            sock.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                sock.recv(10)  # nothing passes while cut (no reset either)
+            sock.settimeout(10)
+        proxy.heal()
+        for sock, want in ((old, b"during"), (new, b"new one")):
+            got = b""
+            while len(got) < len(want):
+                chunk = sock.recv(10)
+                assert chunk, "connection closed"
+                got += chunk
+            assert got == want
+            sock.close()
+
+
 def test_profiles_and_overrides() -> None:
     assert PROFILES["lan"].delay_ms == 1.0
     assert PROFILES["s3"].delay_ms == 20.0
