@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-training test test-fast lint docs venv clean open-options
+.PHONY: demo demo-training test test-fast lint docs venv clean open-options min-versions
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,5 +52,10 @@ docs: $(STAMP)
 open-options: $(STAMP)
 	$(PY) scripts/gen_open_options.py
 
+# The declared lower bounds of the dependencies, tested in .venv-min (see the script; it
+# downloads the old versions, so it is not part of `make test`).
+min-versions:
+	sh scripts/min-versions.sh
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-min .pytest_cache .hypothesis
