@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,s3-latency,failover} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,s3-latency,failover,reconnect} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -220,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     fo.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
     fo.add_argument("--tasks", type=int, default=16, help="concurrent writer tasks (default 16)")
     fo.add_argument("--out", type=Path, help="also write results.json, report.txt and timeline.png here")
+    rc = sub.add_parser(
+        "reconnect", help="how soon a restarted server is reachable: gRPC's reconnect backoff vs bespokv's",
+        description="A channel calls a port where nothing listens for --down seconds, then a server starts "
+                    "there; prints the time to the first successful call with gRPC's default reconnect "
+                    "backoff and with bespokv's (see bench/reconnect.py).")
+    rc.add_argument("--down", type=float, default=10.0, help="seconds the server is down (default 10)")
+    rc.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
     sub.add_parser("systems", help="list the systems and whether they are usable here")
     sub.add_parser("presets", help="list the presets")
     r = sub.add_parser("report", help="rebuild report.md and plots from a results.json")
@@ -508,6 +515,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
         return failover.main_args(args.mode or list(failover.MODES), args.fault or list(failover.FAULTS),
                                   args.repeat, args.tasks, args.out, command)
+    if args.command == "reconnect":
+        from bench import reconnect
+
+        command = "python -m bench " + " ".join(shlex.quote(a) for a in argv)
+        return reconnect.main_args(args.down, args.repeat, command)
     if args.command == "systems":
         return _cmd_systems()
     if args.command == "presets":

@@ -465,7 +465,9 @@ def cmd_mode(args: argparse.Namespace) -> int:
         coord = EtcdCoordinator(cfg, cfg.etcd)
         await coord.start()
         try:
-            peers = PeerPool(coord.shard_map(), token=args.token or cfg.token, tls=cfg.tls, limits=cfg.limits)
+            peers = PeerPool(
+                coord.shard_map(), token=args.token or cfg.token, tls=cfg.tls, limits=cfg.limits, tuning=cfg.tuning
+            )
             try:
                 return await switch_mode(coord, peers, args.shard, to, timeout=args.wait)
             finally:

@@ -40,7 +40,7 @@ import grpc
 
 from bespokv import opcodec
 from bespokv.batcher import AutoBatcher
-from bespokv.config import ClusterConfig, Limits, TlsConfig, load
+from bespokv.config import ClusterConfig, Limits, TlsConfig, check_backoff, load
 from bespokv.errors import (
     ClosedError,
     DeadlineExceededError,
@@ -56,7 +56,7 @@ from bespokv.merge import merge_chunks
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
 from bespokv.routing import ACTIVE_ACTIVE, EPOCH_HEADER, read_node, write_node
-from bespokv.security import call_metadata, open_channel
+from bespokv.security import MAX_RECONNECT_BACKOFF_MS, RECONNECT_BACKOFF_MS, call_metadata, open_channel
 from bespokv.shardmap import NodeInfo, ShardInfo, ShardMap
 
 __all__ = ["AsyncClient", "Client", "CasResult"]
@@ -118,7 +118,12 @@ class AsyncClient:
         limits: Limits | None = None,
         seed: int | None = None,
         watch: bool = True,
+        reconnect_backoff_ms: float = RECONNECT_BACKOFF_MS,
+        max_reconnect_backoff_ms: float = MAX_RECONNECT_BACKOFF_MS,
     ) -> None:
+        check_backoff(reconnect_backoff_ms, max_reconnect_backoff_ms)
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.max_reconnect_backoff_ms = max_reconnect_backoff_ms
         self.watch = watch
         self._watchers: list[asyncio.Task[None]] = []
         self.seeds = [addresses] if isinstance(addresses, str) else list(addresses)
@@ -156,6 +161,8 @@ class AsyncClient:
         kwargs.setdefault("token", cfg.token)
         kwargs.setdefault("tls", cfg.tls)
         kwargs.setdefault("limits", cfg.limits)
+        kwargs.setdefault("reconnect_backoff_ms", cfg.tuning.reconnect_backoff_ms)
+        kwargs.setdefault("max_reconnect_backoff_ms", cfg.tuning.max_reconnect_backoff_ms)
         return cls([n.address for n in cfg.nodes], **kwargs)
 
     # -- connection -----------------------------------------------------------------------
@@ -165,7 +172,10 @@ class AsyncClient:
             raise ClosedError("client is closed")
         ch = self._channels.get(address)
         if ch is None:
-            ch = self._channels[address] = open_channel(address, tls=self._tls, limits=self._limits)
+            ch = self._channels[address] = open_channel(
+                address, tls=self._tls, limits=self._limits, reconnect_backoff_ms=self.reconnect_backoff_ms,
+                max_reconnect_backoff_ms=self.max_reconnect_backoff_ms,
+            )
         return ch
 
     def _kv(self, node: str) -> pbg.KVStub:
@@ -605,6 +615,8 @@ class Client:
         kwargs.setdefault("token", cfg.token)
         kwargs.setdefault("tls", cfg.tls)
         kwargs.setdefault("limits", cfg.limits)
+        kwargs.setdefault("reconnect_backoff_ms", cfg.tuning.reconnect_backoff_ms)
+        kwargs.setdefault("max_reconnect_backoff_ms", cfg.tuning.max_reconnect_backoff_ms)
         return cls([n.address for n in cfg.nodes], **kwargs)
 
     @property

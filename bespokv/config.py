@@ -35,6 +35,7 @@ __all__ = [
     "ClusterConfig",
     "load",
     "normalize_mode",
+    "check_backoff",
 ]
 
 #: The four controlets: topology x consistency.
@@ -129,6 +130,15 @@ class Limits:
             raise InvalidArgumentError("limits must be positive")
 
 
+def check_backoff(initial_ms: float, max_ms: float) -> None:
+    """Reconnect backoff bounds (Tuning, the client): positive, initial <= max."""
+    if not 0 < initial_ms <= max_ms:
+        raise InvalidArgumentError(
+            f"reconnect backoff must be 0 < reconnect_backoff_ms ({initial_ms:g}) <= "
+            f"max_reconnect_backoff_ms ({max_ms:g})"
+        )
+
+
 @dataclass(frozen=True)
 class Tuning:
     """Timing and sizing knobs of the controlets. Each default says why it is what it is."""
@@ -168,10 +178,19 @@ class Tuning:
     #: etcd's own minimum applies, 1 s with the election settings ``EtcdCluster`` uses).
     #: A killed node is noticed this long after its last keep-alive.
     lease_ttl: float = 1.0
+    #: Milliseconds a gRPC channel to a node waits before its first reconnect after the
+    #: connection broke (gRPC's default: 1000). A restarted node is reachable again
+    #: about this long after it listens, not a backed-off second later.
+    reconnect_backoff_ms: float = 50.0
+    #: Milliseconds the reconnect backoff grows to (gRPC's default: 120000). A node down
+    #: for long is retried once a second per channel (one cheap connect attempt), so the
+    #: first call after it returns waits at most about a second, not two minutes.
+    max_reconnect_backoff_ms: float = 1000.0
 
     def __post_init__(self) -> None:
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
             raise InvalidArgumentError("timeouts and intervals must be positive")
+        check_backoff(self.reconnect_backoff_ms, self.max_reconnect_backoff_ms)
         if not 0.0 <= self.read_repair_chance <= 1.0:
             raise InvalidArgumentError("read_repair_chance must be between 0 and 1")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from bespokv.config import Limits, TlsConfig
+from bespokv.config import Limits, TlsConfig, Tuning
 from bespokv.errors import DeadlineExceededError, Error, UnavailableError, from_status
 from bespokv.proto import bespokv_pb2_grpc as pbg
 from bespokv.security import call_metadata, open_channel
@@ -40,11 +40,14 @@ class PeerPool:
         token: str | None = None,
         tls: TlsConfig | None = None,
         limits: Limits | None = None,
+        tuning: Tuning | None = None,
     ) -> None:
+        """``tuning``: its reconnect backoff applies to every channel (default Tuning's)."""
         self.shard_map = shard_map
         self.metadata = call_metadata(token)
         self._tls = tls
         self._limits = limits
+        self._tuning = tuning or Tuning()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._peer: dict[str, pbg.PeerStub] = {}
         self._kv: dict[str, pbg.KVStub] = {}
@@ -54,7 +57,11 @@ class PeerPool:
         addr = self.shard_map.address(node_id)
         ch = self._channels.get(addr)
         if ch is None:
-            ch = self._channels[addr] = open_channel(addr, tls=self._tls, limits=self._limits)
+            t = self._tuning
+            ch = self._channels[addr] = open_channel(
+                addr, tls=self._tls, limits=self._limits, reconnect_backoff_ms=t.reconnect_backoff_ms,
+                max_reconnect_backoff_ms=t.max_reconnect_backoff_ms,
+            )
         return ch
 
     def peer(self, node_id: str) -> pbg.PeerStub:

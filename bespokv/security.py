@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from bespokv.config import Limits, TlsConfig
+from bespokv.config import Limits, TlsConfig, Tuning, check_backoff
 
 __all__ = [
     "AUTH_HEADER",
@@ -30,6 +30,10 @@ __all__ = [
     "channel_options",
     "open_channel",
 ]
+
+#: The default reconnect backoff, as Tuning's (milliseconds).
+RECONNECT_BACKOFF_MS = Tuning.reconnect_backoff_ms
+MAX_RECONNECT_BACKOFF_MS = Tuning.max_reconnect_backoff_ms
 
 AUTH_HEADER = "authorization"
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
@@ -109,15 +113,25 @@ def channel_credentials(tls: TlsConfig) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=ca)
 
 
-def channel_options(limits: Limits | None = None, tls: TlsConfig | None = None) -> list[tuple[str, Any]]:
+def channel_options(
+    limits: Limits | None = None,
+    tls: TlsConfig | None = None,
+    *,
+    reconnect_backoff_ms: float = RECONNECT_BACKOFF_MS,
+    max_reconnect_backoff_ms: float = MAX_RECONNECT_BACKOFF_MS,
+) -> list[tuple[str, Any]]:
+    """gRPC channel options for calls to a node. The reconnect backoff (Tuning's two
+    ``*reconnect_backoff_ms`` settings; gRPC's defaults back off to two minutes) decides
+    how soon a restarted node is reachable again through a channel that saw it die."""
     limits = limits or Limits()
+    check_backoff(reconnect_backoff_ms, max_reconnect_backoff_ms)
+    initial = max(1, round(reconnect_backoff_ms))
     opts: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", limits.max_request_bytes),
         ("grpc.max_send_message_length", limits.max_request_bytes),
-        # Reconnect quickly after a peer restarts (defaults back off to minutes).
-        ("grpc.initial_reconnect_backoff_ms", 50),
-        ("grpc.min_reconnect_backoff_ms", 50),
-        ("grpc.max_reconnect_backoff_ms", 1000),
+        ("grpc.initial_reconnect_backoff_ms", initial),
+        ("grpc.min_reconnect_backoff_ms", initial),
+        ("grpc.max_reconnect_backoff_ms", max(initial, round(max_reconnect_backoff_ms))),
         ("grpc.keepalive_time_ms", 10_000),
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.enable_retries", 0),
@@ -136,9 +150,14 @@ def open_channel(
     tls: TlsConfig | None = None,
     limits: Limits | None = None,
     extra_options: Sequence[tuple[str, Any]] = (),
+    reconnect_backoff_ms: float = RECONNECT_BACKOFF_MS,
+    max_reconnect_backoff_ms: float = MAX_RECONNECT_BACKOFF_MS,
 ) -> grpc.aio.Channel:
-    """An aio channel to ``address`` with the cluster's TLS settings and message limits."""
-    opts = channel_options(limits, tls) + list(extra_options)
+    """An aio channel to ``address`` with the cluster's TLS settings, message limits and
+    reconnect backoff."""
+    opts = channel_options(
+        limits, tls, reconnect_backoff_ms=reconnect_backoff_ms, max_reconnect_backoff_ms=max_reconnect_backoff_ms
+    ) + list(extra_options)
     if tls is not None:
         return grpc.aio.secure_channel(address, channel_credentials(tls), options=opts)
     return grpc.aio.insecure_channel(address, options=opts)

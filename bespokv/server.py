@@ -183,7 +183,7 @@ class Node:
         smap = self.shard_map
         # Nodes call each other with the peer token when there is one (see security.py).
         peer_token = self.config.peer_token or self.config.token
-        self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits)
+        self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits, tuning=self.config.tuning)
         self.forwarder = Forwarder(
             self.peers, timeout=self.config.tuning.request_timeout * 2, epoch=lambda: self.shard_map.epoch
         )
