@@ -10,6 +10,14 @@ per-row overhead, a block ``--block-bytes`` (the engine's uncompressed block siz
 
     python -m bench cache-model --workload c
     python -m bench cache-model --shares 0,5,10,25 --cache-size 64MiB --ops 1e6
+
+``--disk-size`` models the tiered read path instead: an in-memory LRU block cache of
+``--cache-size`` in front of a local-disk cache of ``--disk-size`` (the DataCache), and
+prints, for each way of keeping heat on the disk (:data:`DISK_CANDIDATES`), the share of
+reads each tier answers and the object-store GETs per 1,000 reads (a miss of both is
+one GET). It is the measurement behind docs/decisions/0016 (key-level heat)::
+
+    python -m bench cache-model --records 200k --ops 200k --cache-size 8MiB --disk-size 3.4MiB
 """
 
 from __future__ import annotations
@@ -24,7 +32,20 @@ import numpy as np
 from bench.units import parse_bytes, parse_count
 from bench.workloads import CORE_WORKLOADS, Op, OperationStream, StreamConfig
 
-__all__ = ["main", "simulate"]
+__all__ = ["main", "simulate", "simulate_tiers", "DISK_CANDIDATES"]
+
+#: Ways to keep heat on the local disk: name -> (rows per block of the cloud tables,
+#: rows per disk-cache unit (0: the unit is the block), what it stands for). Stored bytes
+#: are charged per row (``--stored-row-bytes``: compressed, as in the cloud tables) plus
+#: the DataCache's 20-byte record header per unit; a row unit is charged
+#: ``--disk-row-bytes`` (key, value and an index entry, uncompressed).
+DISK_CANDIDATES: dict[str, tuple[int, int, str]] = {
+    "blocks-4k": (29, 0, "today: 4 KiB cloud blocks cached whole"),
+    "blocks-1k": (7, 0, "smaller cloud blocks (1 KiB), fetched by ranged GET"),
+    "blocks-512": (4, 0, "512-byte cloud blocks"),
+    "rows": (29, 1, "a key-level cache on disk of cloud-resident values (also the bound "
+                    "for compaction that clusters hot keys into hot blocks)"),
+}
 
 
 def simulate(keys: Sequence[bytes], blocks: Sequence[int], row_slots: int, block_slots: int
@@ -54,6 +75,54 @@ def simulate(keys: Sequence[bytes], blocks: Sequence[int], row_slots: int, block
     return row_hits, block_hits, misses
 
 
+def simulate_tiers(keys: Sequence[bytes], blocks: Sequence[int], units: Sequence[object],
+                   mem_slots: int, disk_slots: int) -> tuple[int, int, int]:
+    """(memory hits, disk hits, misses) of an LRU block cache of ``mem_slots`` blocks in
+    front of an LRU disk cache of ``disk_slots`` units (``units[i]``: the unit read ``i``
+    needs there, a block or a row); a miss of both fills both."""
+    mem: OrderedDict[int, None] = OrderedDict()
+    disk: OrderedDict[object, None] = OrderedDict()
+    mem_hits = disk_hits = misses = 0
+    for b, u in zip(blocks, units):
+        if b in mem:
+            mem.move_to_end(b)
+            mem_hits += 1
+            continue
+        if u in disk:
+            disk.move_to_end(u)
+            disk_hits += 1
+        else:
+            misses += 1
+            disk[u] = None
+            if len(disk) > disk_slots:
+                disk.popitem(last=False)
+        mem[b] = None
+        if len(mem) > mem_slots:
+            mem.popitem(last=False)
+    return mem_hits, disk_hits, misses
+
+
+def _tiers(args: argparse.Namespace, keys: list[bytes], positions: list[int]) -> int:
+    print(f"{len(keys):,} reads; memory block cache {args.cache_size / 2**20:.1f} MiB, disk "
+          f"cache {args.disk_size / 2**20:.2f} MiB; stored {args.stored_row_bytes} B/row, "
+          f"decoded {args.block_bytes / args.rows_per_block:.0f} B/row, disk row "
+          f"{args.disk_row_bytes} B")
+    print("candidate    mem hits  disk hits  misses  GET/1k reads")
+    for name, (per_block, per_unit, _) in DISK_CANDIDATES.items():
+        blocks = [p // per_block for p in positions]
+        if per_unit:
+            units: Sequence[object] = keys
+            unit_bytes = args.disk_row_bytes
+        else:
+            units = blocks
+            unit_bytes = per_block * args.stored_row_bytes + 20
+        mem_slots = int(args.cache_size // (args.block_bytes * per_block / args.rows_per_block))
+        m, d, x = simulate_tiers(keys, blocks, units, mem_slots, int(args.disk_size // unit_bytes))
+        n = max(len(keys), 1)
+        print(f"{name:<11}  {m / n:>8.1%}  {d / n:>9.1%}  {x / n:>6.1%}  {1000 * x / n:>12.1f}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from rocksmash.row_cache import ROW_OVERHEAD
 
@@ -74,6 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="bytes charged per row on top of key and value (default: the row "
                         "cache's ROW_OVERHEAD; 0 charges rows as blocks are, payload only)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--disk-size", type=parse_bytes, default=None,
+                   help="model the tiered read path: a disk cache of this size behind the "
+                        "memory block cache of --cache-size (see above)")
+    p.add_argument("--stored-row-bytes", type=int, default=89,
+                   help="stored (compressed) bytes per row in cloud blocks (default 89: "
+                        "the tiering experiment's 17.0 MiB of cloud tables for 200k rows)")
+    p.add_argument("--disk-row-bytes", type=int, default=160,
+                   help="bytes per row of a key-level disk cache (default 160: 124 of "
+                        "payload, a 20-byte record header, and an index entry)")
     args = p.parse_args(argv)
     cfg = StreamConfig(CORE_WORKLOADS[args.workload], args.records, args.ops, 1, None, 24,
                        100, 0.5, 0.99, "hashed", args.seed)
@@ -82,7 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys += [k for op, k in zip(batch.ops, batch.keys) if op != Op.INSERT]
     # A fully compacted table: blocks of consecutive keys in key order.
     loaded = sorted(cfg.key_space().keys(np.arange(args.records)))
-    blocks = [bisect_left(loaded, k) // args.rows_per_block for k in keys]
+    positions = [bisect_left(loaded, k) for k in keys]
+    if args.disk_size is not None:
+        return _tiers(args, keys, positions)
+    blocks = [p // args.rows_per_block for p in positions]
     row_bytes = 24 + 100 + (ROW_OVERHEAD if args.row_overhead is None else args.row_overhead)
     print(f"workload {args.workload.upper()}: {len(keys):,} keyed operations, cache "
           f"{args.cache_size / 2**20:.0f} MiB, rows charged {row_bytes} B, blocks "

@@ -293,6 +293,9 @@ def _add_tiering(sub: Any) -> None:
     g.add_argument("--warmup-ops", type=_typed(parse_count, "count"), default=100_000,
                    help="operations of the first workload before the first phase, not measured "
                         "(default 100k)")
+    g.add_argument("--threads", "-t", type=int, default=1,
+                   help="client threads of the warm-up and measured phases; the load is one "
+                        "thread (default 1)")
     g.add_argument("--rewrite", type=_typed(_share, "share"), default=0.2,
                    help="share of the records overwritten (uniformly, new values) before each "
                         "full compaction, so it really rewrites the tables (default 20%%)")
@@ -349,7 +352,7 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for system, key, value in args.opt:
         options.setdefault(system, {})[key] = value
     plan = TieringPlan(
-        records=args.records, ops=args.ops, warmup_ops=args.warmup_ops,
+        records=args.records, ops=args.ops, warmup_ops=args.warmup_ops, threads=args.threads,
         workloads=_list_arg(args.workload) or ["b", "c"],
         configurations=_list_arg(args.config) or list(CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,

@@ -92,6 +92,8 @@ class TieringPlan:
     records: int = 1_000_000
     ops: int = 100_000
     warmup_ops: int = 100_000
+    #: Client threads of the warm-up and measured phases (the load is one thread).
+    threads: int = 1
     workloads: list[str] = field(default_factory=lambda: ["b", "c"])
     configurations: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     distribution: str = "zipfian"
@@ -128,8 +130,8 @@ class TieringPlan:
             if s not in systems:
                 raise ValueError(f"--opt for {s!r}, which no configuration runs "
                                  f"(systems: {', '.join(sorted(systems))})")
-        if self.records < 1 or self.ops < 1 or self.warmup_ops < 0:
-            raise ValueError("need records >= 1, ops >= 1, warmup-ops >= 0")
+        if self.records < 1 or self.ops < 1 or self.warmup_ops < 0 or self.threads < 1:
+            raise ValueError("need records >= 1, ops >= 1, warmup-ops >= 0, threads >= 1")
         if not 0 <= self.rewrite <= 1:
             raise ValueError(f"rewrite must be a share in [0, 1], got {self.rewrite}")
 
@@ -141,7 +143,7 @@ class TieringPlan:
         return int(resolve_budget(self.local_budget, self.records, self.key_size, self.value_size) or 0)
 
     def stream(self, workload: str, seed: int, ops: int) -> StreamConfig:
-        return StreamConfig(CORE_WORKLOADS[workload], self.records, ops, 1, self.distribution,
+        return StreamConfig(CORE_WORKLOADS[workload], self.records, ops, self.threads, self.distribution,
                             self.key_size, self.value_size, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
@@ -243,8 +245,9 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
     max_s = plan.get("max_seconds")
     show = bool(plan.get("progress"))
 
-    def stream(workload: str, stream_seed: int, count: int) -> StreamConfig:
-        return StreamConfig(CORE_WORKLOADS[workload], records, count, 1, plan["distribution"],
+    def stream(workload: str, stream_seed: int, count: int, threads: int = 0) -> StreamConfig:
+        return StreamConfig(CORE_WORKLOADS[workload], records, count,
+                            threads or int(plan.get("threads", 1)), plan["distribution"],
                             plan["key_size"], plan["value_size"], seed=stream_seed)
 
     res: dict[str, Any] = {"name": name, "system": system, "status": "ok", "error": None,
@@ -252,7 +255,7 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
                            "stream": {"workload": workloads[0]}}
 
     def measure(session: Session) -> None:
-        base = stream(workloads[0], seed, ops)
+        base = stream(workloads[0], seed, ops, threads=1)
         with progress(show, records, f"{name} load", "rec") as update:
             load = session.load(base, _BATCH, update)
         res["load"] = {"items": load.items, "seconds": load.seconds, "throughput": load.items / load.seconds}

@@ -238,7 +238,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"- machine: {(doc.get('machine') or {}).get('summary', '')}",
         f"- environment: {json.dumps(doc.get('environment', {}))}",
         f"- records {format_count(cfg.get('records'))}, {format_count(cfg.get('ops'))} operations "
-        f"per phase, warm-up {format_count(cfg.get('warmup_ops'))}, {cfg.get('distribution')}, "
+        f"per phase, warm-up {format_count(cfg.get('warmup_ops'))}, "
+        f"{cfg.get('threads', 1)} client thread(s), {cfg.get('distribution')}, "
         f"rewrite {cfg.get('rewrite', 0) * 100:g}% before each compaction; local budget "
         f"{cfg.get('local_budget')}; DataCache {format_bytes(cfg.get('cache_bytes'))}; block "
         f"cache {format_bytes(cfg.get('block_cache_bytes'))} (rocksmash's default, and "

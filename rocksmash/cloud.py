@@ -210,7 +210,8 @@ class CloudTier:
     worker processes, and the caller keeps ownership of it).
     """
 
-    def __init__(self, url: str | ObjectStore, options: dict[str, Any], retries: int) -> None:
+    def __init__(self, url: str | ObjectStore, options: dict[str, Any], retries: int,
+                 fetch_threads: int = 0) -> None:
         if isinstance(url, ObjectStore):
             self.url: str | None = None
             base = url
@@ -244,6 +245,11 @@ class CloudTier:
         self._unknown_body: bytes | None = None
         self._lock = threading.Lock()
         self._worker_traffic: dict[str, Any] = {"requests": {}, "bytes_in": 0, "bytes_out": 0}
+        #: Background block fetches (Table.prefetch_block): threads start on first use.
+        self._fetcher = (ThreadPoolExecutor(fetch_threads, thread_name_prefix="rocksmash-fetch")
+                         if fetch_threads else None)
+        #: What tables get as their ``prefetch``: the fetcher's submit, or None.
+        self.prefetch = self._fetcher.submit if self._fetcher is not None else None
 
     def add_worker_traffic(self, t: dict[str, Any]) -> None:
         """Count requests a worker process made on its own handle of the store."""
@@ -610,5 +616,9 @@ class CloudTier:
             raise store_errors("listing tables", e) from e
 
     def close(self) -> None:
+        """Stop the background fetches (queued ones are dropped, running ones finish),
+        then close the store if this tier opened it."""
+        if self._fetcher is not None:
+            self._fetcher.shutdown(wait=True, cancel_futures=True)
         if self._owned:
             self.store.close()

@@ -420,6 +420,12 @@ class DataCache:
         with self._lock:
             return sorted(self._index.get(table, ()))
 
+    def contains(self, table: int, block: int) -> bool:
+        """Whether block ``block`` of ``table`` is cached (no hit or miss is counted)."""
+        with self._lock:
+            blocks = self._index.get(table)
+            return blocks is not None and block in blocks
+
     def hot_blocks(self, table: int) -> list[int]:
         """Cached blocks of ``table`` that are hot: read since they came in, or put with
         ``force`` (known hot) and not yet through a reclaim without being read. That

@@ -44,6 +44,7 @@ from .merge import Chunk, merge_forward, merge_reverse
 from .options import Options
 from .publication import Publication
 from .range_del import RangeEnd, covering_seq, filter_chunk, union, visible
+from .read_ahead import fetch_for_keys
 from .recovery import recover, remove_unreferenced
 from .restore import Progress
 from .row_cache import RowCache
@@ -255,7 +256,7 @@ class DB:
             from .meta_cache import MetaCache
 
             self._cloud = CloudTier(opts.object_store, opts.object_store_options,
-                                    opts.object_store_retries)
+                                    opts.object_store_retries, opts.cloud_fetch_threads)
             self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
             self._data_cache = DataCache(os.path.join(self.path, "cloud-cache"),
                                          opts.cache_size)
@@ -329,7 +330,7 @@ class DB:
                                        "open it with object_store=")
         meta = self._meta_cache.get(f.number)
         t = Table(f.number, cloud.file(f), self._cache, f.object_key, meta, self._data_cache,
-                  self.options.cloud_fetch_size)
+                  self.options.cloud_fetch_size, cloud.prefetch)
         props = t.props
         if (props.get("smallest") not in (None, f.smallest.hex())
                 or props.get("largest") not in (None, f.largest.hex())):
@@ -693,10 +694,15 @@ class DB:
 
     def multi_get(self, keys: list[BytesLike], *, snapshot: Snapshot | None = None
                   ) -> list[bytes | None]:
-        """Values of ``keys`` (None where absent), all read at one sequence number."""
+        """Values of ``keys`` (None where absent), all read at one sequence number.
+        With a cloud tier, the object-store GETs the keys need are made all at once
+        (read_ahead.py), not one after another."""
         if snapshot is None:
             with self.snapshot() as snap:
-                return [self.get(k, snapshot=snap) for k in keys]
+                return self.multi_get(keys, snapshot=snap)
+        if self._cloud is not None and self._cloud.prefetch is not None and len(keys) > 1:
+            fetch_for_keys([as_bytes(k, "key") for k in keys], [self._mem, *self._imm],
+                           self._version, snapshot.seq)
         return [self.get(k, snapshot=snapshot) for k in keys]
 
     def __getitem__(self, key: BytesLike) -> bytes:

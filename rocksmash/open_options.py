@@ -169,6 +169,13 @@ class OpenOptions(TypedDict, total=False):
     cold data warms up sixteen blocks per request (0: one block per request). Default:
     ``'64KiB'``."""
 
+    cloud_fetch_threads: int
+    """Threads that fetch cloud blocks in the background: a multi_get's misses all at once,
+    and a scan's next blocks ahead of it. A miss waits a round trip (about 20-30 ms)
+    while the GIL is free, so throughput at a small local footprint comes from many GETs
+    in flight (0: no background fetches; reads still run in parallel in the caller's
+    threads). Default: ``16``."""
+
     compaction_aware_cache: bool
     """Compaction writes the hot parts of its cloud output straight into the DataCache (it
     has the bytes), so hot keys stay cached across compactions. Default: ``True``."""
@@ -231,6 +238,7 @@ HELP: dict[str, tuple[str, str]] = {
     'cloud_target_file_size': ("'32MiB'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),
+    'cloud_fetch_threads': ('16', "Threads that fetch cloud blocks in the background: a multi_get's misses all at once, and a scan's next blocks ahead of it. A miss waits a round trip (about 20-30 ms) while the GIL is free, so throughput at a small local footprint comes from many GETs in flight (0: no background fetches; reads still run in parallel in the caller's threads)."),
     'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (it has the bytes), so hot keys stay cached across compactions.'),
     'fencing_check_interval': ("'1s'", 'How often a tiered writer checks that no other writer has claimed its prefix (one GET of the epoch object; also done at every flush). A fenced writer\'s writes raise FencedError from then on; writes it acknowledged in between may be lost (see docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.'),
     'wal_shipping': ("'interval'", 'The extended WAL: how the WAL reaches the object store, so that a writer whose local disk is lost reopens from the bucket with every write the mode promises (local tables are backed up to the bucket too, except with "off"). "sync": a sync=True write returns once its record is in the bucket (one PUT covers every writer waiting). "interval": new records are shipped every wal_ship_interval (the loss window), one PUT per interval while writes come in. "sealed": a segment is shipped when its memtable fills. "off": nothing but the cloud levels is in the bucket (the local levels and the WAL are lost with the disk). With "sync" and "interval" the shipments also fence (a writer that lost the prefix fails its next one), so the fencing_check_interval check is off. See docs/cloud.md, "WAL shipping".'),

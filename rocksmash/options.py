@@ -160,6 +160,12 @@ class Options:
     # around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB,
     # so cold data warms up sixteen blocks per request (0: one block per request).
     cloud_fetch_size: int = _size(64 << 10)
+    # Threads that fetch cloud blocks in the background: a multi_get's misses all at
+    # once, and a scan's next blocks ahead of it. A miss waits a round trip (about
+    # 20-30 ms) while the GIL is free, so throughput at a small local footprint comes
+    # from many GETs in flight (0: no background fetches; reads still run in parallel
+    # in the caller's threads).
+    cloud_fetch_threads: int = 16
     # Compaction writes the hot parts of its cloud output straight into the DataCache
     # (it has the bytes), so hot keys stay cached across compactions.
     compaction_aware_cache: bool = True
@@ -224,6 +230,7 @@ class Options:
             ("l0_compaction_trigger", 1, 1000),
             ("l0_stop_writes_trigger", 1, 10000),
             ("recovery_processes", 0, 256),
+            ("cloud_fetch_threads", 0, 1024),
         ]
         for name, lo, hi in checks:
             v = getattr(self, name)

@@ -10,18 +10,26 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from threading import Event, Lock
+from typing import Any, Callable, Iterator, Sequence
 
 from .block import Block, TRAILER_SIZE, decode_stored
 from .block_cache import BlockCache
 from .bloom import BloomFilter
 from .env import RandomAccessFile
-from .errors import CorruptionError, NewerFormatError
+from .errors import CorruptionError, NewerFormatError, UnavailableError
 from .memtable import MISSING
 from .range_del import covering_seq, from_props
 from .table_format import FOOTER, FOOTER_SIZE, FORMAT_VERSION, HANDLE, TABLE_MAGIC
 
-__all__ = ["Table", "TableMeta", "read_table_meta"]
+__all__ = ["Table", "TableMeta", "read_table_meta", "FETCH_WAIT_S"]
+
+#: How long a reader waits for another thread's fetch of the block it needs before it
+#: gives up with UnavailableError. The fetch itself is bounded by the store's retries and
+#: timeouts; this only bounds the wait should one ever hang.
+FETCH_WAIT_S = 300.0
+#: Guards every table's ``loading`` dict (held for a dict operation, never across I/O).
+_LOADING_LOCK = Lock()
 
 
 @dataclass
@@ -103,17 +111,28 @@ class Table:
     ``meta`` (from the MetaCache) spares the reads of the table's metadata; ``data_cache``
     (cloud tables) is a persistent second-level cache of stored blocks between the
     in-memory block cache and ``file``, filled ``fetch_size`` bytes at a time.
+
+    Cloud reads in many threads (tables with a ``data_cache``): no lock is held while a
+    GET is out, so misses of different threads overlap; two threads that miss the same
+    fetch window share one GET (the second waits for the first, see :meth:`block`).
+    ``prefetch`` (an executor's ``submit``, or None) runs background fetches: a scan asks
+    for the blocks ahead of it (:meth:`scan`), ``multi_get`` for all its misses at once
+    (:meth:`prefetch_block`).
     """
 
     __slots__ = ("number", "file", "cache", "data_cache", "index_keys", "offsets", "sizes",
                  "nblocks", "filter", "fwords", "fnwords", "fmasks", "props", "max_seq",
                  "name", "data_end", "blocks", "refs", "unique", "fetch_size", "ranges",
-                 "__weakref__")
+                 "loading", "prefetch", "__weakref__")
 
     def __init__(self, number: int, file: RandomAccessFile, cache: BlockCache | None,
                  name: str = "", meta: TableMeta | None = None,
-                 data_cache: Any = None, fetch_size: int = 0) -> None:
+                 data_cache: Any = None, fetch_size: int = 0,
+                 prefetch: Callable[..., Any] | None = None) -> None:
         self.number = number
+        #: Fetch windows being fetched from the object store -> an Event set when done.
+        self.loading: dict[int, Event] = {}
+        self.prefetch = prefetch if data_cache is not None else None
         #: Bytes fetched per data-cache miss (0: just the block); see :meth:`_load`.
         self.fetch_size = fetch_size
         self.file = file
@@ -238,8 +257,101 @@ class Table:
             self.refs[i] = 1
             self.cache.hits += 1  # type: ignore[union-attr]
             return blk
+        if self.data_cache is not None:
+            return self._load_shared(i, True)
         blk = self._load(i)
         return blk if self.cache is None else self.cache.insert(self, i, blk)
+
+    def _window(self, i: int) -> int:
+        """The fetch window of block ``i``: blocks of one window come in one GET."""
+        return self.offsets[i] // self.fetch_size if self.fetch_size else i
+
+    def _load_shared(self, i: int, miss: bool) -> Block:
+        """Load block ``i`` of a cloud table, sharing one GET per fetch window between
+        threads: the first thread to miss a window fetches it; the others wait (at most
+        FETCH_WAIT_S) and then find their block in the block cache, where the fetch put
+        the whole window. A waiter that does not find it there (no block cache, evicted
+        at once, or the fetch failed) loads it itself, so an error reaches every reader
+        that needs the block."""
+        w = self._window(i)
+        with _LOADING_LOCK:
+            done = self.loading.get(w)
+            if done is None:
+                done = self.loading[w] = Event()
+                owner = True
+            else:
+                owner = False
+        if owner:
+            return self._fill(i, w, done, miss)
+        if not done.wait(FETCH_WAIT_S):
+            raise UnavailableError(f"{self.name}: block {i} still not fetched after "
+                                   f"{FETCH_WAIT_S:.0f} s")
+        blk = self.blocks[i]
+        if blk is not None:
+            return blk
+        blk = self._load(i)
+        return blk if self.cache is None else self.cache.insert(self, i, blk, miss=miss)
+
+    def _fill(self, i: int, w: int, done: Event, miss: bool) -> Block:
+        """Load block ``i`` (and its window) as the owner of window ``w``'s entry in
+        ``loading``; release the entry and wake the waiters however it ends."""
+        try:
+            blk = self.blocks[i]
+            if blk is not None:
+                return blk  # came in meanwhile (a prefetch that ran late)
+            blk = self._load(i)
+            return blk if self.cache is None else self.cache.insert(self, i, blk, miss=miss)
+        finally:
+            with _LOADING_LOCK:
+                del self.loading[w]
+            done.set()
+
+    def prefetch_block(self, i: int) -> Any:
+        """Start fetching block ``i``'s window in the background (into the block cache)
+        unless the block is cached or its window is being fetched; return the future, or
+        None if nothing was started. The window counts as being fetched from this call
+        on, so a reader that needs it meanwhile waits for this fetch instead of making
+        its own. Errors stay in the future: the read that needs the block fetches it
+        again and raises there."""
+        if self.prefetch is None or self.blocks[i] is not None:
+            return None
+        w = self._window(i)
+        with _LOADING_LOCK:
+            if w in self.loading:
+                return None
+            done = self.loading[w] = Event()
+        try:
+            return self.prefetch(self._fill, i, w, done, False)
+        except RuntimeError:  # the executor was shut down: the database is closing
+            with _LOADING_LOCK:
+                del self.loading[w]
+            done.set()
+            return None
+
+    def _read_ahead(self, i: int, step: int, stop: int) -> None:
+        """A scan is at block ``i`` going ``step`` (+1/-1) towards block ``stop`` (its
+        last, inclusive): prefetch the first block not in the block cache within one
+        fetch window ahead, so the next GET is out while this window is consumed."""
+        ahead = max(self.fetch_size, 1)
+        base = self.offsets[i]
+        blocks, offsets = self.blocks, self.offsets
+        j = i + step
+        while (j <= stop if step > 0 else j >= stop) and abs(offsets[j] - base) <= ahead:
+            if blocks[j] is None:
+                self.prefetch_block(j)
+                return
+            j += step
+
+    def block_for(self, key: bytes) -> int | None:
+        """The block that may hold ``key`` (None: past the last key of the table)."""
+        i = bisect_left(self.index_keys, key)
+        return i if i < self.nblocks else None
+
+    def needs_fetch(self, i: int) -> bool:
+        """Would reading block ``i`` now go to the object store? (A cloud table, the block
+        neither decoded in the block cache nor stored in the DataCache.)"""
+        return (self.data_cache is not None and self.blocks[i] is None
+                and not self.data_cache.contains(self.number, i))
 
     def get(self, key: bytes, seq: int, word: int, mask_index: int) -> object:
         """The value of the newest version of ``key`` with sequence <= ``seq``.
@@ -323,10 +435,14 @@ class Table:
         merge.py: ascending chunks, or descending chunks when ``reverse``."""
         index_keys = self.index_keys
         n = self.nblocks
+        ahead = self.prefetch is not None
         if not reverse:
             i = 0 if start is None else bisect_left(index_keys, start)
+            last = n - 1 if end is None else min(bisect_left(index_keys, end), n - 1)
             while i < n:
                 blk = self.block(i)
+                if ahead and i < last:
+                    self._read_ahead(i, 1, last)
                 keys = blk.keys
                 lo = 0 if start is None or i and index_keys[i - 1] >= start else \
                     bisect_left(keys, start)
@@ -337,8 +453,11 @@ class Table:
                 i += 1
         else:
             i = n - 1 if end is None else min(bisect_left(index_keys, end), n - 1)
+            first = 0 if start is None else min(bisect_left(index_keys, start), n - 1)
             while i >= 0:
                 blk = self.block(i)
+                if ahead and i > first:
+                    self._read_ahead(i, -1, first)
                 keys = blk.keys
                 lo = 0 if start is None else bisect_left(keys, start)
                 hi = len(keys) if end is None else bisect_left(keys, end)

@@ -53,7 +53,10 @@ class RocksmashRunner(Runner):
             opts["object_store"] = target.url
             if known is not None and "object_store_options" in known:
                 # cloudtier's S3 backend options (see cloudtier.s3_store.S3Store)
-                store_opts: dict[str, Any] = {"region": target.region}
+                # A connection per GET in flight: client threads (the tiering experiment
+                # runs up to 64) plus rocksmash's background fetch threads.
+                store_opts: dict[str, Any] = {"region": target.region,
+                                              "max_pool_connections": 128}
                 if target.endpoint_url:
                     store_opts["endpoint_url"] = target.endpoint_url
                 if target.access_key_id:
