@@ -42,7 +42,8 @@ def _fdatasync(fd: int) -> None:
 
 
 def ops(seed: int):
-    """The workload: (kind, key, value, sync) tuples, the same for a seed every time."""
+    """The workload: (kind, key, value, sync) tuples, the same for a seed every time
+    (kind "range": a delete_range from ``key`` to ``value``)."""
     rng = random.Random(seed)
     for i in range(1_000_000):
         key = b"k%04d" % rng.randrange(300)
@@ -50,8 +51,10 @@ def ops(seed: int):
         sync = rng.random() < 0.2
         if r < 0.75:
             yield ("put", key, b"%d-" % i + bytes([65 + i % 26]) * rng.randrange(1, 200), sync)
-        elif r < 0.9:
+        elif r < 0.87:
             yield ("delete", key, None, sync)
+        elif r < 0.9:  # delete_range of up to 20 keys; value: the range's end
+            yield ("range", key, b"k%04d" % (int(key[1:]) + rng.randrange(1, 20)), sync)
         else:
             yield ("batch", key, b"b%d" % i, sync)
 
@@ -65,6 +68,8 @@ def run(db, op) -> None:
         db.put(key, value, sync=sync)
     elif kind == "delete":
         db.delete(key, sync=sync)
+    elif kind == "range":
+        db.delete_range(key, value, sync=sync)
     else:
         db.write(rocksmash.WriteBatch().put(key, value).put(key + b"x", value), sync=sync)
 

@@ -57,6 +57,9 @@ def apply(state: dict, op) -> None:
         state[key] = value
     elif kind == "delete":
         state.pop(key, None)
+    elif kind == "range":
+        for k in [k for k in state if key <= k < value]:
+            del state[k]
     else:
         state[key] = value
         state[key + b"x"] = value

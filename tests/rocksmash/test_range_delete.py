@@ -147,8 +147,10 @@ def test_bottommost_keeps_a_tombstone_only_for_an_older_snapshot(tmp_path):
     t.close()
 
 
-@pytest.mark.parametrize("processes", [False, True])
-def test_cloud_tables_and_rebuild_from_the_bucket(tmp_path, processes):
+def test_cloud_tables_and_rebuild_from_the_bucket(tmp_path):
+    """(In-process jobs here; test_model's DBModelCloudFiles runs range deletes with
+    worker processes uploading to a file:// bucket, and test_crash's writer uses them.)"""
+    processes = False
     store = dict(object_store=f"file://{tmp_path}/bucket", wal_shipping="sync",
                  local_budget=0, cloud_target_file_size="8KiB")
     path = tmp_path / "db"
