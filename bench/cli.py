@@ -296,6 +296,9 @@ def _add_tiering(sub: Any) -> None:
     g.add_argument("--threads", "-t", type=int, default=1,
                    help="client threads of the warm-up and measured phases; the load is one "
                         "thread (default 1)")
+    g.add_argument("--ssd-price", type=float, default=0.08, metavar="USD",
+                   help="local SSD price per GiB-month for the report's monthly cost "
+                        "(default 0.08: EBS gp3)")
     g.add_argument("--rewrite", type=_typed(_share, "share"), default=0.2,
                    help="share of the records overwritten (uniformly, new values) before each "
                         "full compaction, so it really rewrites the tables (default 20%%)")
@@ -353,6 +356,7 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
         options.setdefault(system, {})[key] = value
     plan = TieringPlan(
         records=args.records, ops=args.ops, warmup_ops=args.warmup_ops, threads=args.threads,
+        ssd_usd_gb_month=args.ssd_price,
         workloads=_list_arg(args.workload) or ["b", "c"],
         configurations=_list_arg(args.config) or list(CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFAULT_SSD_USD_GB_MONTH", "HOURS_PER_MONTH", "monthly_costs", "render_costs"]
+__all__ = ["DEFAULT_SSD_USD_GB_MONTH", "HOURS_PER_MONTH", "monthly_costs", "render_costs",
+           "requests_usd_month", "storage_usd_month", "usd"]
 
 #: EBS gp3 list price in us-east-1, $/GB-month: local SSD for a cloud machine.
 DEFAULT_SSD_USD_GB_MONTH = 0.08
@@ -35,6 +36,21 @@ def _prices() -> Any:
     return S3_STANDARD
 
 
+def requests_usd_month(counts: dict[str, int], seconds: float) -> float:
+    """What ``counts`` (requests by kind, made in ``seconds``) cost per month when the
+    rate continues for a 730-hour month, at the project's price table."""
+    scale = HOURS_PER_MONTH * 3600.0 / float(seconds)
+    return float(_prices().request_cost({k: int(counts.get(k, 0)) * scale for k in _KINDS}))
+
+
+def storage_usd_month(local_bytes: float | None, object_bytes: float | None,
+                      ssd_usd_gb_month: float) -> tuple[float | None, float | None]:
+    """(local SSD, object storage) dollars per month for those bytes (None stays None)."""
+    local = None if local_bytes is None else local_bytes / _GIB * ssd_usd_gb_month
+    obj = None if object_bytes is None else object_bytes / _GIB * _prices().storage_gb_month
+    return local, obj
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -46,7 +62,6 @@ def monthly_costs(doc: dict[str, Any], ssd_usd_gb_month: float | None = None) ->
     cfg = doc.get("config") or {}
     ssd = ssd_usd_gb_month if ssd_usd_gb_month is not None else cfg.get("ssd_usd_gb_month")
     ssd = DEFAULT_SSD_USD_GB_MONTH if ssd is None else float(ssd)
-    table = _prices()
     rows = []
     for system in doc.get("systems", []):
         trials = [t for t in doc.get("trials", []) if t.get("system") == system and t.get("status") == "ok"]
@@ -59,13 +74,11 @@ def monthly_costs(doc: dict[str, Any], ssd_usd_gb_month: float | None = None) ->
             run = (t.get("object_store_requests") or {}).get("run")
             seconds = (t.get("run") or {}).get("seconds")
             if run is not None and seconds:
-                scale = HOURS_PER_MONTH * 3600.0 / float(seconds)
-                req.append(table.request_cost({k: int(run.get(k, 0)) * scale for k in _KINDS}))
+                req.append(requests_usd_month(run, seconds))
         local_b, stored_b = _mean(local), _mean(stored)
         if not stored_b and not any(req):
             stored_b, req = None, []  # no object store in use (an all-local system)
-        local_usd = None if local_b is None else local_b / _GIB * ssd
-        object_usd = None if stored_b is None else stored_b / _GIB * table.storage_gb_month
+        local_usd, object_usd = storage_usd_month(local_b, stored_b, ssd)
         requests_usd = _mean(req)
         parts = [x for x in (local_usd, object_usd, requests_usd) if x is not None]
         rows.append({"system": system, "local_bytes": local_b, "object_bytes": stored_b,
@@ -74,7 +87,7 @@ def monthly_costs(doc: dict[str, Any], ssd_usd_gb_month: float | None = None) ->
     return rows
 
 
-def _usd(x: float | None) -> str:
+def usd(x: float | None) -> str:
     if x is None:
         return "-"
     if x == 0:
@@ -97,14 +110,14 @@ def render_costs(doc: dict[str, Any], ssd_usd_gb_month: float | None = None) -> 
     head = ["system", "local SSD", "object storage", "requests", "total / month", "x base"]
     body = []
     for r in rows:
-        local = f"{_usd(r['local_usd'])} ({format_bytes(r['local_bytes'])})"
-        obj = "-" if r["object_bytes"] is None else f"{_usd(r['object_usd'])} ({format_bytes(r['object_bytes'])})"
+        local = f"{usd(r['local_usd'])} ({format_bytes(r['local_bytes'])})"
+        obj = "-" if r["object_bytes"] is None else f"{usd(r['object_usd'])} ({format_bytes(r['object_bytes'])})"
         ratio = "-"
         if base is not None and base["total_usd"] and r["total_usd"] is not None:
             x = r["total_usd"] / base["total_usd"]
             ratio = f"{x:.2f}x" if x < 100 else f"{x:,.0f}x"
         name = r["system"] + (" *" if r is base else "")
-        body.append([name, local, obj, _usd(r["requests_usd"]), _usd(r["total_usd"]), ratio])
+        body.append([name, local, obj, usd(r["requests_usd"]), usd(r["total_usd"]), ratio])
     widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
     fmt = "  ".join(f"{{:{w}}}" for w in widths[:-1]) + "  {}"
     lines = [f"Monthly cost of this data set ({table.name} prices: storage ${table.storage_gb_month:g}"

@@ -94,6 +94,8 @@ class TieringPlan:
     warmup_ops: int = 100_000
     #: Client threads of the warm-up and measured phases (the load is one thread).
     threads: int = 1
+    #: Local SSD price for the report's monthly cost, $/GiB-month.
+    ssd_usd_gb_month: float = 0.08
     workloads: list[str] = field(default_factory=lambda: ["b", "c"])
     configurations: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     distribution: str = "zipfian"

@@ -169,6 +169,61 @@ def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Monthly cost per (workload, phase, configuration): the configuration's local disk
+    at the end (SSD at ``--ssd-price``), its bucket bytes, and the phase's object-store
+    requests continued at the phase's rate (its throughput) for a month; ``x_local``
+    against all-local in the same phase. GETs are priced as GETs, every other request
+    of a read phase as a PUT (an upper bound: they are HEADs and LISTs if any)."""
+    from bench.costs import DEFAULT_SSD_USD_GB_MONTH, requests_usd_month, storage_usd_month
+
+    ssd = float(doc.get("config", {}).get("ssd_usd_gb_month") or DEFAULT_SSD_USD_GB_MONTH)
+    by = _by_name(doc)
+    rows = []
+    for w in doc.get("workloads", []):
+        for phase in _PHASES:
+            phase_rows_: list[dict[str, Any]] = []
+            for name in doc.get("configurations", []):
+                r = by.get(name)
+                p = _phase(r, w, phase)
+                seconds = (p or {}).get("summary", {}).get("seconds")
+                if not p or not seconds:
+                    continue
+                end = (r.get("shape") or {}).get("end") or {}  # type: ignore[union-attr]
+                obj = (r.get("object_store_usage") or {}).get("bytes")  # type: ignore[union-attr]
+                local_usd, object_usd = storage_usd_month(end.get("local_disk"), obj, ssd)
+                c = p.get("counters") or {}
+                gets = int(c.get("gets") or 0)
+                other = max(0, int(c.get("requests") or 0) - gets)
+                req_usd = requests_usd_month({"get": gets, "put": other}, seconds)
+                total = sum(x for x in (local_usd, object_usd, req_usd) if x is not None)
+                phase_rows_.append({"workload": w, "phase": phase, "configuration": name,
+                                    "throughput": p.get("throughput"),
+                                    "local_bytes": end.get("local_disk"), "object_bytes": obj,
+                                    "local_usd": local_usd, "object_usd": object_usd,
+                                    "requests_usd": req_usd, "total_usd": total})
+            base = next((x for x in phase_rows_ if x["configuration"] == "all-local"), None)
+            for x in phase_rows_:
+                x["x_local"] = ratio(x["total_usd"], base["total_usd"] if base else None)
+            rows += phase_rows_
+    return rows
+
+
+def _cost_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    from bench.costs import usd
+
+    header = ["wl", "phase", "configuration", "ops/s", "local SSD", "object storage",
+              "requests", "total / month", "x all-local"]
+    body = [[r["workload"].upper(), r["phase"], r["configuration"],
+             format_count(r["throughput"]),
+             f"{usd(r['local_usd'])} ({format_bytes(r['local_bytes'])})",
+             "-" if r["object_bytes"] is None else
+             f"{usd(r['object_usd'])} ({format_bytes(r['object_bytes'])})",
+             usd(r["requests_usd"]), usd(r["total_usd"]), format_small_ratio(r["x_local"])]
+            for r in cost_rows(doc)]
+    return header, body
+
+
 def _compaction_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["wl", "configuration", "rewritten", "rewrite s", "compaction s",
               "object-store requests", "proxy requests", "cache fills", "what"]
@@ -266,6 +321,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
     header, body = _compaction_table(doc)
     if body:
         lines += ["## Rewrite and full compaction", "", _md(header, body), ""]
+    header, body = _cost_table(doc)
+    if body:
+        from bench.costs import DEFAULT_SSD_USD_GB_MONTH
+        from cloudtier.metered import S3_STANDARD as prices
+        ssd = float(cfg.get("ssd_usd_gb_month") or DEFAULT_SSD_USD_GB_MONTH)
+        lines += ["## Monthly cost", "",
+                  f"Local disk at the end at ${ssd:g}/GiB-month (`--ssd-price`), the bucket "
+                  f"at ${prices.storage_gb_month:g}/GiB-month, and the phase's object-store "
+                  f"requests ({prices.name}: ${prices.get_per_1000:g} per 1,000 GETs, "
+                  f"${prices.put_per_1000:g} per 1,000 others) continued at the phase's "
+                  "throughput for a 730-hour month. `x all-local`: against the same data "
+                  "all on local SSD (all-local rocksmash, which stores about what RocksDB "
+                  "does) in the same phase.", "", _md(header, body), ""]
     notes = []
     for r in doc.get("results", []):
         if r.get("status") != "ok":

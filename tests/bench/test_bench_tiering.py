@@ -14,7 +14,7 @@ from bench.driver import Session
 from bench.presets import PRESETS
 from bench.runners import REGISTRY, RunnerConfig, availability, runner_class
 from bench.runners.base import ObjectStoreTarget
-from bench.tiering_report import (format_small_ratio, goal_rows, phase_rows, render_markdown,
+from bench.tiering_report import (cost_rows, format_small_ratio, goal_rows, phase_rows, render_markdown,
                                   render_tables)
 from bench.workloads import CORE_WORKLOADS, StreamConfig
 
@@ -135,6 +135,29 @@ def test_report_ratios_and_goals_from_a_synthetic_document() -> None:
     assert rows[("before", "tiered")]["x_local"] is None
     assert "FAILED: RuntimeError: boom" in render_tables(doc)
     assert "boom" in render_markdown(doc)
+
+
+def test_report_monthly_cost_prices_disk_bucket_and_requests() -> None:
+    gib = 1 << 30
+
+    def result(name: str, local: int, bucket: int | None, gets: int) -> dict:
+        phase = {"workload": "c", "phase": "after", "throughput": 100.0,
+                 "summary": {"seconds": 3600.0}, "counters": {"gets": gets, "requests": gets + 10}}
+        return {"name": name, "status": "ok", "phases": [phase],
+                "shape": {"end": {"local_disk": local}},
+                "object_store_usage": None if bucket is None else {"bytes": bucket}}
+
+    doc = {"workloads": ["c"], "configurations": ["tiered", "all-local"],
+           "config": {"ssd_usd_gb_month": 0.1},
+           "results": [result("tiered", gib, 10 * gib, 1000), result("all-local", 10 * gib, None, 0)]}
+    rows = {r["configuration"]: r for r in cost_rows(doc)}
+    t, a = rows["tiered"], rows["all-local"]
+    assert t["local_usd"] == pytest.approx(0.1) and t["object_usd"] == pytest.approx(0.23)
+    # 1,000 GETs and 10 other requests an hour, for 730 hours, at S3 Standard's prices
+    assert t["requests_usd"] == pytest.approx(730 * (1000 * 0.0004 + 10 * 0.005) / 1000)
+    assert a["total_usd"] == pytest.approx(1.0 + a["requests_usd"])
+    assert t["x_local"] == pytest.approx(t["total_usd"] / a["total_usd"])
+    assert "## Monthly cost" in render_markdown(doc)
 
 
 @pytest.mark.server
