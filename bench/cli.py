@@ -283,7 +283,7 @@ def _add_tiering(sub: Any) -> None:
     g = t.add_argument_group("what to run")
     g.add_argument("--config", "-c", action="append", metavar="NAME",
                    help=f"configuration(s), repeat or comma-separate: {', '.join(CONFIGURATIONS)} "
-                        "(default: all)")
+                        "(default: all but tiered-one-budget)")
     g.add_argument("--workload", "-w", action="append", metavar="W",
                    help="YCSB workload(s), repeat or comma-separate (default: b,c)")
     g.add_argument("--records", "-r", type=_typed(parse_count, "count"), default=1_000_000,
@@ -348,7 +348,7 @@ def _add_tiering(sub: Any) -> None:
 
 
 def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from bench.tiering import CONFIGURATIONS, TieringPlan, run_tiering
+    from bench.tiering import DEFAULT_CONFIGURATIONS, TieringPlan, run_tiering
     from bench.tiering_report import render_tables, write_reports
 
     options: dict[str, dict[str, Any]] = {}
@@ -358,7 +358,7 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
         records=args.records, ops=args.ops, warmup_ops=args.warmup_ops, threads=args.threads,
         ssd_usd_gb_month=args.ssd_price,
         workloads=_list_arg(args.workload) or ["b", "c"],
-        configurations=_list_arg(args.config) or list(CONFIGURATIONS),
+        configurations=_list_arg(args.config) or list(DEFAULT_CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,
         cache_size=args.cache_size, delay_ms=args.delay_ms, bandwidth=args.bandwidth,
         s3_endpoint=args.s3_endpoint, s3_server=args.s3_server, max_seconds=args.max_seconds,

@@ -75,11 +75,17 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any], str]] = {
                "rocksmash, cold levels in S3, compaction-aware DataCache (the default)"),
     "tiered-unaware": ("rocksmash", {"compaction_aware_cache": False},
                        "the same with compaction_aware_cache=False"),
+    "tiered-one-budget": ("rocksmash", {"compaction_aware_cache": True, "cache_size": "rest"},
+                          "tiered with one local budget (cache_size=\"rest\"): local_budget is "
+                          "--local-budget plus --cache-size, shared by tables and caches"),
     "all-local": ("rocksmash-local", {},
                   "rocksmash with everything on local disk (the reference)"),
     "slatedb": ("slatedb", {},
                 "SlateDB on the same endpoint and proxy, on-disk cache of the same local bytes"),
 }
+
+#: What runs without --config: all but tiered-one-budget (asked for by name).
+DEFAULT_CONFIGURATIONS = [c for c in CONFIGURATIONS if c != "tiered-one-budget"]
 
 #: Records per write batch when loading and rewriting.
 _BATCH = 1000
@@ -97,7 +103,7 @@ class TieringPlan:
     #: Local SSD price for the report's monthly cost, $/GiB-month.
     ssd_usd_gb_month: float = 0.08
     workloads: list[str] = field(default_factory=lambda: ["b", "c"])
-    configurations: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
+    configurations: list[str] = field(default_factory=lambda: list(DEFAULT_CONFIGURATIONS))
     distribution: str = "zipfian"
     rewrite: float = 0.2
     local_budget: str = "10%"
@@ -369,12 +375,15 @@ def _target_config(plan: TieringPlan, name: str, target: ObjectStoreTarget, data
     system, extra, _ = CONFIGURATIONS[name]
     opts = dict(extra)
     cache = plan.cache_bytes()
-    if system == "rocksmash":
+    budget = plan.local_budget
+    if system == "rocksmash" and extra.get("cache_size") == "rest":
+        budget = str(plan.budget_bytes() + cache)  # the same local bytes as tables + cache
+    elif system == "rocksmash":
         opts["cache_size"] = cache
     opts.update(plan.options.get(system, {}))
     # SlateDB: in-memory cache = rocksmash's block cache; on-disk cache = everything
     # rocksmash may keep on local disk (its table budget plus its DataCache).
-    return RunnerConfig(data_dir=data_dir, object_store=target, local_budget=plan.local_budget,
+    return RunnerConfig(data_dir=data_dir, object_store=target, local_budget=budget,
                         local_budget_bytes=plan.budget_bytes() + cache,
                         cache_size=block_cache if system == "slatedb" else None, options=opts)
 

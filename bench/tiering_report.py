@@ -151,10 +151,12 @@ def _phase_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["configuration", "load rec/s", "settle s", "local tables", "cloud tables",
-              "MetaCache", "meta % of cloud", "local disk", "S3 stored", "peak RSS"]
+              "MetaCache", "meta % of cloud", "DataCache at the end", "local disk at the end",
+              "local disk", "S3 stored", "peak RSS"]
     body = []
     for r in doc.get("results", []):
         s = (r.get("shape") or {}).get("after_load") or {}
+        end = (r.get("shape") or {}).get("end") or {}
         rss = r.get("rss") or {}
         peak = max(rss.get("tree_peak") or 0, rss.get("peak_self") or 0) or None
         pct = s.get("meta_bytes_pct_of_cloud")
@@ -163,6 +165,7 @@ def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _num((r.get("timing") or {}).get("settle_s"), 2),
             format_bytes(s.get("local_table_bytes")), format_bytes(s.get("cloud_table_bytes")),
             format_bytes(s.get("meta_cache_bytes")), "-" if pct is None else f"{pct:.2f}%",
+            format_bytes(end.get("data_cache_bytes")), format_bytes(end.get("local_disk")),
             format_bytes(s.get("local_disk")),
             format_bytes((r.get("object_store_usage") or {}).get("bytes")), format_bytes(peak),
         ])
@@ -315,8 +318,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += [f"- {g}" for g in _goal_lines(doc)] + [""]
     lines += ["## Where the bytes are (after load and settle)", "",
               "Local and cloud table bytes and the MetaCache are rocksmash's own `stats()`; local "
-              "disk is everything in the data directory (caches included); S3 stored is the "
-              "configuration's bucket prefix at the end, listed directly.", "",
+              "disk is everything in the data directory (caches included); the DataCache and "
+              "local disk are also shown at the end of the run (the local footprint); S3 stored "
+              "is the configuration's bucket prefix at the end, listed directly.", "",
               _md(*_shape_table(doc)), ""]
     header, body = _compaction_table(doc)
     if body:

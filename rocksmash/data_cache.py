@@ -413,6 +413,17 @@ class DataCache:
             self._forget(table, block, blocks)  # type: ignore[arg-type]
             self._evicted += 1
 
+    def set_capacity(self, capacity: int) -> None:
+        """Change the bound on the segment files; shrinking reclaims the oldest segments
+        at once (as at open). The segment size stays as opened."""
+        if capacity <= RECORD_HEADER_SIZE:
+            raise InvalidArgumentError(f"capacity ({capacity}) must be positive")
+        with self._lock:
+            if self._closed:
+                raise ClosedError("data cache is closed")
+            self.capacity = capacity
+            self._make_room(0)
+
     # -- introspection ----------------------------------------------------------------
 
     def cached_blocks(self, table: int) -> list[int]:

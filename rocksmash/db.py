@@ -181,6 +181,7 @@ class DB:
         try:
             self._init_state()
             self._recover()
+            self._fit_data_cache()
         except BaseException:
             self._abandon()
             raise
@@ -258,8 +259,12 @@ class DB:
             self._cloud = CloudTier(opts.object_store, opts.object_store_options,
                                     opts.object_store_retries, opts.cloud_fetch_threads)
             self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
-            self._data_cache = DataCache(os.path.join(self.path, "cloud-cache"),
-                                         opts.cache_size)
+            # With one budget ("rest") the capacity is set once the tables are known
+            # (_fit_data_cache); until then nothing is evicted.
+            self._data_cache = (DataCache(os.path.join(self.path, "cloud-cache"),
+                                          opts.cache_size) if opts.cache_size != "rest" else
+                                DataCache(os.path.join(self.path, "cloud-cache"), 1 << 62,
+                                          segment_size=4 << 20))
             self._pub = Publication(self._cloud, self.path, self._data_cache,
                                     self._meta_cache, self._stats, self._shipping != "off")
 
@@ -953,6 +958,7 @@ class DB:
                 self._backup_wanted = True
                 self._update_stall()
                 self._cv.notify_all()
+        self._fit_data_cache()
         with self._sync_lock:
             for w in [w for w in self._old_wals if w.number == mem.segment]:
                 w.close()
@@ -1095,6 +1101,28 @@ class DB:
                     t.close()
                     os.unlink(tmp)
 
+    def _footprint(self) -> dict[str, int]:
+        """Local bytes of the tiered database: the local tables, the MetaCache and the
+        DataCache's segment files, against the local budget at today's table bytes."""
+        files = [f for _, f in self._version.files()]
+        total = sum(f.size for f in files)
+        local = sum(f.size for f in files if f.tier == LOCAL)
+        meta = self._meta_cache.total_bytes()
+        dc = self._data_cache.stats()
+        return {"budget": self.options.budget_for(total), "local_tables": local,
+                "meta_cache": meta, "data_cache": dc["disk_bytes"],
+                "data_cache_capacity": dc["capacity"],
+                "total": local + meta + dc["disk_bytes"], "table_bytes": total}
+
+    def _fit_data_cache(self) -> None:
+        """With one local budget (``cache_size="rest"``), give the DataCache what the
+        local tables and the MetaCache leave of it (after every flush and compaction)."""
+        if self._cloud is None or self.options.cache_size != "rest":
+            return
+        f = self._footprint()
+        self._data_cache.set_capacity(self.options.data_cache_bytes(
+            f["table_bytes"], f["local_tables"], f["meta_cache"]))
+
     def _install(self, c: Compaction, edit: VersionEdit, outputs: list[FileMeta]) -> None:
         """Log ``edit``, swap in the new version, publish the mirror, retire the inputs."""
         touches_cloud = any(f.tier == CLOUD for f in outputs) or any(
@@ -1134,6 +1162,7 @@ class DB:
                     pass
         if any(f.tier == LOCAL for f in outputs):
             self._backup_wanted = True
+        self._fit_data_cache()
 
     def _merge(self, c: Compaction, to_cloud: bool,
                fills: list[tuple[int, Table, str | None]]) -> list[FileMeta]:
@@ -1296,6 +1325,7 @@ class DB:
                     "meta_bytes_pct_of_cloud": (100.0 * meta_bytes / cloud_bytes
                                                 if cloud_bytes else 0.0),
                     "data_cache": self._data_cache.stats(),
+                    "footprint": self._footprint(),
                     "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._pub.dead),  # type: ignore[union-attr]
                     "backed_up_tables": len(self._pub.backups),  # type: ignore[union-attr]

@@ -149,7 +149,10 @@ class OpenOptions(TypedDict, total=False):
     ``'10%'``."""
 
     cache_size: int | str
-    """Local persistent cache of cloud data blocks (the DataCache). Default: ``'256MiB'``."""
+    """Local persistent cache of cloud data blocks (the DataCache): a size, or "rest" for
+    one local budget: local_budget then covers the local tables, the MetaCache and the
+    DataCache, which gets what the other two leave (at least 256 KiB), resized as they
+    change. db.stats()["cloud"]["footprint"] shows the split. Default: ``'256MiB'``."""
 
     cloud_target_file_size: int | str
     """Cloud tables are larger (fewer objects and requests). Their compression: zstd stores
@@ -234,7 +237,7 @@ HELP: dict[str, tuple[str, str]] = {
     'object_store_options': ('{}', 'Keyword options for ``cloudtier.open_store`` (endpoint_url, region, credentials...).'),
     'object_store_retries': ('5', 'Attempts after the first for a failed object-store request (with backoff, jitter).'),
     'local_budget': ("'10%'", 'Bytes of tables kept on local disk: a size, or a percentage of all table bytes ("10%"). Levels that do not fit go to the object store, deepest first.'),
-    'cache_size': ("'256MiB'", 'Local persistent cache of cloud data blocks (the DataCache).'),
+    'cache_size': ("'256MiB'", 'Local persistent cache of cloud data blocks (the DataCache): a size, or "rest" for one local budget: local_budget then covers the local tables, the MetaCache and the DataCache, which gets what the other two leave (at least 256 KiB), resized as they change. db.stats()["cloud"]["footprint"] shows the split.'),
     'cloud_target_file_size': ("'32MiB'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),

@@ -64,6 +64,11 @@ def _share_or_size(value: Any, whole: int, name: str) -> int:
     return parse_size(value, name)
 
 
+#: The smallest DataCache of a "rest" cache_size: room for a few fetch windows of hot
+#: blocks even when the local tables fill the budget.
+MIN_REST_CACHE = 256 << 10
+
+
 def _size(default: int) -> Any:
     return field(default=default, metadata={"size": True})
 
@@ -149,8 +154,11 @@ class Options:
     # Bytes of tables kept on local disk: a size, or a percentage of all table bytes
     # ("10%"). Levels that do not fit go to the object store, deepest first.
     local_budget: Any = "10%"
-    # Local persistent cache of cloud data blocks (the DataCache).
-    cache_size: int = _size(256 << 20)
+    # Local persistent cache of cloud data blocks (the DataCache): a size, or "rest" for
+    # one local budget: local_budget then covers the local tables, the MetaCache and the
+    # DataCache, which gets what the other two leave (at least 256 KiB), resized as they
+    # change. db.stats()["cloud"]["footprint"] shows the split.
+    cache_size: Any = field(default=256 << 20, metadata={"size": True, "or": ("rest",)})
     # Cloud tables are larger (fewer objects and requests). Their compression: zstd
     # stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2
     # (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.
@@ -198,7 +206,7 @@ class Options:
             if f is None:
                 raise InvalidArgumentError(
                     f"unknown option {name!r}; known options: {', '.join(sorted(fields))}")
-            if f.metadata.get("size"):
+            if f.metadata.get("size") and value not in f.metadata.get("or", ()):
                 value = parse_size(value, name)
             elif f.metadata.get("duration"):
                 value = parse_duration(value, name)
@@ -270,6 +278,15 @@ class Options:
             raise InvalidArgumentError(f"row_cache_size ({n} bytes) exceeds block_cache_size "
                                        f"({self.block_cache_size}); it is a part of it")
         return n
+
+    def data_cache_bytes(self, total_table_bytes: int, local_table_bytes: int,
+                         meta_bytes: int) -> int:
+        """The DataCache's capacity: ``cache_size``, or with ``"rest"`` what the local
+        budget leaves after the local tables and the MetaCache (at least MIN_REST_CACHE)."""
+        if self.cache_size != "rest":
+            return int(self.cache_size)
+        rest = self.budget_for(total_table_bytes) - local_table_bytes - meta_bytes
+        return max(MIN_REST_CACHE, rest)
 
     def budget_for(self, total_table_bytes: int) -> int:
         """The local byte budget when the database holds ``total_table_bytes``."""
