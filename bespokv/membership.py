@@ -1,0 +1,228 @@
+"""Adding and removing nodes online (``bespokv node add`` / ``bespokv node remove``).
+
+Keys map to shards by a ring of *shards* (shardmap.py), which no membership change
+touches; a membership change only moves shard replicas between nodes. So only the shards
+whose replica sets change move, one replica at a time, while clients go on reading and
+writing every shard:
+
+* **add**: one CAS puts the node into the map (``nodes/<id>``); the node starts and holds
+  its lease; then, while some node holds more master-slave replicas than the even share
+  (``ceil(replicas x shards / nodes)``), one of its replicas moves to the new node.
+* **remove**: each replica of the node moves to the node with the fewest replicas that
+  does not replicate that shard yet; then one CAS takes the node out of the map.
+
+One move of shard S from node F to node T (:func:`move_replica` sets ``move = (T, F)`` on
+the shard by CAS; node T runs :func:`take_over`, which the map tells it to):
+
+1. T empties its replica of S and pulls a full copy from S's source (the chain's tail or
+   the master, as rejoin.py does), then the entries written meanwhile: online.
+2. T freezes S (modeswitch.py: new writes refused, not applied, retried by the clients)
+   and waits until it is drained (every replica at the same sequence number, no write
+   running), then pulls again: T now holds exactly what every replica holds.
+3. One CAS, only if S is still the frozen entry: F out, T appended at the end (the new
+   tail of a chain), the freeze and the move cleared. T's upstream has nothing to send it,
+   so it serves at once; F stops serving S when it installs the map (its data stays,
+   unused, until a later full copy overwrites it).
+
+A failure in 2 or 3 lifts the freeze; T retries the move from 1 while the map still asks
+for it. If T dies (its lease expires), the shard's other replicas clear the move and any
+freeze it left, and the driver reports the move as cancelled. Active-active shards are not moved (their new replica would first have to merge
+every other one's versions): ``node add`` leaves them where they are, and ``node remove``
+refuses a node that replicates one (switch the shard to ms-sc first: ``bespokv mode``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from bespokv.config import Tuning
+from bespokv.controlets.catchup import pull
+from bespokv.controlets.replstore import ReplicatedStore
+from bespokv.coordinator import Coordinator
+from bespokv.datalets.worker import DataletWorker
+from bespokv.errors import InvalidArgumentError, UnavailableError, UnsupportedError
+from bespokv.modeswitch import freeze, thaw, wait_drained
+from bespokv.peers import PeerPool
+from bespokv.rejoin import source_of
+from bespokv.shardmap import ShardInfo, ShardMap
+
+__all__ = ["take_over", "move_replica", "plan_add", "plan_remove", "add_node", "remove_node"]
+
+log = logging.getLogger(__name__)
+
+MASTER_SLAVE = ("ms-sc", "ms-ec")
+#: Seconds a drain (step 2) may take before the move lifts the freeze and starts over.
+DRAIN_TIMEOUT = 10.0
+
+
+async def take_over(
+    *,
+    coordinator: Coordinator,
+    peers: PeerPool,
+    me: str,
+    shard: int,
+    worker: Callable[[], DataletWorker],
+    tuning: Tuning,
+) -> bool:
+    """Steps 1-3 (module doc) on node ``me``, the move's target. True once ``me`` has
+    taken the donor's place; False when the map no longer asks for the move."""
+    info = coordinator.shard_map().shard(shard)
+    if info.move is None or info.move[0] != me or me in info.replicas:
+        return False
+    donor = info.move[1]
+    source = source_of(info)
+    store = ReplicatedStore(worker(), tuning)
+    await store.begin_copy()
+    await pull(store, peers, shard, source, me)  # 1: the full copy, online
+    await pull(store, peers, shard, source, me)  # what was written meanwhile
+    await coordinator.change_shard(shard, freeze)  # 2
+    frozen = coordinator.shard_map().shard(shard)
+    try:
+        if frozen.move != (me, donor) or not frozen.frozen:
+            raise UnavailableError(f"shard {shard} changed while {me} copied it")
+        await wait_drained(peers, frozen, time.monotonic() + DRAIN_TIMEOUT)
+        await pull(store, peers, shard, source_of(frozen), me)  # exact now
+
+        def swap(s: ShardInfo) -> ShardInfo | None:
+            if s != frozen:
+                return None
+            replicas = (*(r for r in s.replicas if r != donor), me)
+            return dataclasses.replace(s, replicas=replicas, frozen=False, move=None)
+
+        new = await coordinator.change_shard(shard, swap)
+        if new is None:
+            raise UnavailableError(f"shard {shard} changed while it drained for the move to {me}")
+    except BaseException:
+        await asyncio.shield(coordinator.change_shard(shard, thaw))
+        raise
+    log.warning(
+        "node %s: took over shard %s from %s at seq %d: %s (epoch %d)",
+        me, shard, donor, store.seq, ",".join(new.shard(shard).replicas), new.epoch,
+    )
+    return True
+
+
+def _load(smap: ShardMap) -> Counter[str]:
+    load: Counter[str] = Counter({n: 0 for n in smap.nodes})
+    for s in smap.shards.values():
+        load.update(s.replicas)
+    return load
+
+
+def plan_add(smap: ShardMap, node: str) -> list[tuple[int, str]]:
+    """``(shard, donor)`` moves that give ``node`` its even share (``floor(replicas x shards
+    / nodes)``) of master-slave replicas, each taken from the most loaded node at the time
+    (a non-head before a head), only from nodes holding at least two more than it."""
+    load = _load(smap)
+    total = sum(len(s.replicas) for s in smap.shards.values())
+    share = total // max(1, len(smap.nodes))
+    mine = {s.id for s in smap.shards.values() if node in s.replicas}
+    moves: list[tuple[int, str]] = []
+    while load[node] < share:
+        candidates = [
+            (load[r], i != 0, s.id, r)
+            for s in smap.shards.values()
+            if s.mode in MASTER_SLAVE and s.id not in mine and s.move is None
+            for i, r in enumerate(s.replicas)
+            if load[r] >= load[node] + 2
+        ]
+        if not candidates:
+            break
+        _, _, sid, donor = max(candidates)
+        moves.append((sid, donor))
+        mine.add(sid)
+        load[donor] -= 1
+        load[node] += 1
+    return moves
+
+
+def plan_remove(smap: ShardMap, node: str) -> list[tuple[int, str]]:
+    """``(shard, target)`` moves that take every replica off ``node``: each to the least
+    loaded other node that does not replicate the shard. Raises UnsupportedError for an
+    active-active shard, InvalidArgumentError when no node can take one."""
+    load = _load(smap)
+    del load[node]
+    moves: list[tuple[int, str]] = []
+    for s in smap.shards.values():
+        if node not in s.replicas:
+            continue
+        if s.mode not in MASTER_SLAVE:
+            raise UnsupportedError(
+                f"shard {s.id} is {s.mode}: active-active replicas are not moved; switch it to ms-sc first "
+                f"(`bespokv mode --shard {s.id} --to ms-sc`)"
+            )
+        candidates = [n for n in load if n not in s.replicas]
+        if not candidates:
+            raise InvalidArgumentError(f"no node can take node {node}'s replica of shard {s.id} (too few nodes)")
+        target = min(candidates, key=lambda n: (load[n], n))
+        moves.append((s.id, target))
+        load[target] += 1
+    return moves
+
+
+async def move_replica(coordinator: Coordinator, shard: int, to: str, from_: str, timeout: float) -> None:
+    """Ask for one move by CAS and wait until ``to`` has taken ``from_``'s place."""
+
+    def ask(s: ShardInfo) -> ShardInfo | None:
+        if to in s.replicas or from_ not in s.replicas:
+            return None
+        if s.move is not None and s.move != (to, from_):
+            raise UnavailableError(f"shard {shard} is already moving {s.move[1]} -> {s.move[0]}")
+        return dataclasses.replace(s, move=(to, from_))
+
+    await coordinator.change_shard(shard, ask)
+    deadline = time.monotonic() + timeout
+    while True:
+        s = coordinator.shard_map().shard(shard)
+        if to in s.replicas and from_ not in s.replicas:
+            return
+        if s.move is None:
+            raise UnavailableError(f"shard {shard}: the move {from_} -> {to} was cancelled ({to} went down?)")
+        if time.monotonic() > deadline:
+            raise UnavailableError(
+                f"shard {shard}: the move {from_} -> {to} did not finish in {timeout:g} s (it goes on; "
+                f"replicas now {','.join(s.replicas)})"
+            )
+        await asyncio.sleep(0.05)
+
+
+async def add_node(
+    coordinator: Coordinator, node: str, address: str, *, start: Callable[[], None] | None = None,
+    timeout: float = 120.0,
+) -> list[tuple[int, str]]:
+    """Add ``node`` at ``address`` to the map, call ``start()`` (start its process), wait
+    for its lease, then move its share of replicas to it. Returns the moves made."""
+    smap = coordinator.shard_map()
+    if node in smap.nodes:
+        raise InvalidArgumentError(f"node {node} is already a member")
+    await coordinator.change_nodes(add={node: address})
+    if start is not None:
+        start()
+    deadline = time.monotonic() + timeout
+    while node in coordinator.down():
+        if time.monotonic() > deadline:
+            raise UnavailableError(f"node {node} did not come up (no lease) within {timeout:g} s")
+        await asyncio.sleep(0.05)
+    moves = plan_add(coordinator.shard_map(), node)
+    for shard, donor in moves:
+        await move_replica(coordinator, shard, node, donor, max(1.0, deadline - time.monotonic()))
+    return moves
+
+
+async def remove_node(coordinator: Coordinator, node: str, *, timeout: float = 120.0) -> list[tuple[int, str]]:
+    """Move every replica off ``node``, then take it out of the map. The caller stops its
+    process afterwards. Returns the moves made."""
+    smap = coordinator.shard_map()
+    if node not in smap.nodes:
+        raise InvalidArgumentError(f"node {node} is not a member")
+    moves = plan_remove(smap, node)
+    deadline = time.monotonic() + timeout
+    for shard, target in moves:
+        await move_replica(coordinator, shard, target, node, max(1.0, deadline - time.monotonic()))
+    await coordinator.change_nodes(remove=node)
+    return moves

