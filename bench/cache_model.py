@@ -48,30 +48,41 @@ DISK_CANDIDATES: dict[str, tuple[int, int, str]] = {
 }
 
 
+class _Lru:
+    """An LRU set of ``slots`` entries: :meth:`hit` says whether ``x`` was in it and
+    makes it the most recent (adding it, and evicting the oldest, if it was not)."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.entries: OrderedDict[object, None] = OrderedDict()
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.entries
+
+    def hit(self, x: object) -> bool:
+        entries = self.entries
+        if x in entries:
+            entries.move_to_end(x)
+            return True
+        entries[x] = None
+        if len(entries) > self.slots:
+            entries.popitem(last=False)
+        return False
+
+
 def simulate(keys: Sequence[bytes], blocks: Sequence[int], row_slots: int, block_slots: int
              ) -> tuple[int, int, int]:
     """(row hits, block hits, misses) of an LRU row cache of ``row_slots`` rows in front
     of an LRU block cache of ``block_slots`` blocks; a miss fills both."""
-    rows: OrderedDict[bytes, None] = OrderedDict()
-    cached: OrderedDict[int, None] = OrderedDict()
+    rows, cached = _Lru(row_slots), _Lru(block_slots)
     row_hits = block_hits = misses = 0
     for k, b in zip(keys, blocks):
-        if row_slots and k in rows:
-            rows.move_to_end(k)
+        if row_slots and rows.hit(k):
             row_hits += 1
-            continue
-        if b in cached:
-            cached.move_to_end(b)
+        elif cached.hit(b):
             block_hits += 1
         else:
             misses += 1
-            cached[b] = None
-            if len(cached) > block_slots:
-                cached.popitem(last=False)
-        if row_slots:
-            rows[k] = None
-            if len(rows) > row_slots:
-                rows.popitem(last=False)
     return row_hits, block_hits, misses
 
 
@@ -80,25 +91,15 @@ def simulate_tiers(keys: Sequence[bytes], blocks: Sequence[int], units: Sequence
     """(memory hits, disk hits, misses) of an LRU block cache of ``mem_slots`` blocks in
     front of an LRU disk cache of ``disk_slots`` units (``units[i]``: the unit read ``i``
     needs there, a block or a row); a miss of both fills both."""
-    mem: OrderedDict[int, None] = OrderedDict()
-    disk: OrderedDict[object, None] = OrderedDict()
+    mem, disk = _Lru(mem_slots), _Lru(disk_slots)
     mem_hits = disk_hits = misses = 0
     for b, u in zip(blocks, units):
-        if b in mem:
-            mem.move_to_end(b)
+        if mem.hit(b):
             mem_hits += 1
-            continue
-        if u in disk:
-            disk.move_to_end(u)
+        elif disk.hit(u):
             disk_hits += 1
         else:
             misses += 1
-            disk[u] = None
-            if len(disk) > disk_slots:
-                disk.popitem(last=False)
-        mem[b] = None
-        if len(mem) > mem_slots:
-            mem.popitem(last=False)
     return mem_hits, disk_hits, misses
 
 

@@ -641,12 +641,7 @@ class DB:
                 return default if e is None or e[0] < cover or e[1] is None else e[1]
         v = self._version
         word, mi = split_hash(key)
-        candidates = [t for lo, hi, t in v.l0_search if lo <= key <= hi]
-        for largest, smallest, tables in v.level_search:
-            i = bisect_left(largest, key)
-            if i < len(largest) and smallest[i] <= key:
-                candidates.append(tables[i])
-        for t in candidates:
+        for t in v.tables_for(key):
             if t.ranges:
                 cover = max(cover, covering_seq(t.ranges, key, seq))
             e = t.get_entry(key, seq) if t.may_contain(word, mi) else None

@@ -15,7 +15,6 @@ GET for a deeper level.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from concurrent.futures import wait
 from typing import Any, Iterable
 
@@ -31,12 +30,7 @@ def _first_fetch(version: Version, key: bytes, seq: int, word: int, mi: int
                  ) -> tuple[Table, int] | None:
     """The first (table, block) on ``key``'s read path that needs a GET, if the key is
     not found locally before it."""
-    tables = [t for lo, hi, t in version.l0_search if lo <= key <= hi]
-    for largest, smallest, level in version.level_search:
-        i = bisect_left(largest, key)
-        if i < len(largest) and smallest[i] <= key:
-            tables.append(level[i])
-    for t in tables:
+    for t in version.tables_for(key):
         if not t.may_contain(word, mi):
             continue
         i = t.block_for(key)

@@ -78,6 +78,17 @@ class Version:
                               [f.table for f in lvl])
                              for i, lvl in enumerate(self.levels) if i and lvl]
 
+    def tables_for(self, key: bytes) -> list[Any]:
+        """The open tables a point read of ``key`` visits, in the order it visits them:
+        the L0 tables whose range holds it (newest first), then the one table per level
+        whose range holds it (the hot loop in DB._get_below inlines this)."""
+        tables = [t for lo, hi, t in self.l0_search if lo <= key <= hi]
+        for largest, smallest, level in self.level_search:
+            i = bisect_left(largest, key)
+            if i < len(largest) and smallest[i] <= key:
+                tables.append(level[i])
+        return tables
+
     @property
     def num_levels(self) -> int:
         return len(self.levels)

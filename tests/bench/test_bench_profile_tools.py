@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from bench.cache_model import main as cache_model_main
-from bench.cache_model import simulate
+from bench.cache_model import simulate, simulate_tiers
 from bench.profile import main as profile_main
 
 
@@ -15,6 +15,23 @@ def test_simulate_counts_hits_and_misses_of_both_caches():
     blocks = [0, 0, 0, 1, 0]
     assert simulate(keys, blocks, 1, 1) == (1, 1, 3)  # row hit, block hit, 3 misses
     assert simulate(keys, blocks, 0, 2) == (0, 3, 2)
+
+
+def test_simulate_tiers_a_disk_of_blocks_behind_memory_holds_what_memory_holds():
+    # blocks 0, 1, 0, 2, 1: a memory cache of one block in front of a disk cache
+    keys = [b"a", b"c", b"a", b"e", b"c"]
+    blocks = [0, 1, 0, 2, 1]
+    assert simulate_tiers(keys, blocks, blocks, 1, 2) == (0, 1, 4)  # block 0 again: disk
+    assert simulate_tiers(keys, blocks, keys, 1, 2) == (0, 1, 4)   # rows: the same here
+    assert simulate_tiers(keys, [0] * 5, keys, 1, 1) == (5 - 1, 0, 1)  # one block: memory
+
+
+def test_cache_model_models_the_disk_tier(capsys):
+    assert cache_model_main(["--records", "3000", "--ops", "3000", "--cache-size", "16KiB",
+                             "--disk-size", "64KiB"]) == 0
+    out = capsys.readouterr().out
+    assert {line.split()[0] for line in out.splitlines()[2:]} == {
+        "blocks-4k", "blocks-1k", "blocks-512", "rows"}
 
 
 def test_cache_model_prints_one_line_per_share(capsys):
