@@ -75,6 +75,8 @@ async def take_over(
     if info.move is None or info.move[0] != me or me in info.replicas:
         return False
     donor = info.move[1]
+    # A frozen shard with a move is this move's own earlier attempt: a mode switch does not
+    # start on a moving shard, and a move is not asked for on a frozen one.
     source = source_of(info)
     store = ReplicatedStore(worker(), tuning)
     await store.begin_copy()
@@ -173,6 +175,8 @@ async def move_replica(coordinator: Coordinator, shard: int, to: str, from_: str
             return None
         if s.move is not None and s.move != (to, from_):
             raise UnavailableError(f"shard {shard} is already moving {s.move[1]} -> {s.move[0]}")
+        if s.frozen and s.move is None:
+            raise UnavailableError(f"shard {shard} is frozen by a mode switch; move it after")
         return dataclasses.replace(s, move=(to, from_))
 
     await coordinator.change_shard(shard, ask)

@@ -80,6 +80,8 @@ async def switch_mode(
     if not coordinator.dynamic:
         raise UnsupportedError("a live mode switch needs etcd coordination (this map is fixed); switch offline")
     info = coordinator.shard_map().shard(shard)
+    if info.move is not None:
+        raise UnavailableError(f"shard {shard} is moving a replica ({info.move[1]} -> {info.move[0]}); switch it after")
     if info.mode == to and not info.frozen:
         return []
     if info.mode == "aa-ec" and to == "aa-sc":
