@@ -255,6 +255,15 @@ class IteratorModel(RuleBasedStateMachine):
             self.db.put(k, v)
             self.model[k] = v
 
+    @rule(a=KEYS, b=KEYS)
+    def delete_range(self, a, b):
+        """Range tombstones under the cursors: seeks in both directions must skip what
+        they cover (and open iterators must not see them)."""
+        start, end = min(a, b), max(a, b)
+        self.db.delete_range(start, end)
+        for k in [k for k in self.model if start <= k < end]:
+            del self.model[k]
+
     @rule()
     def flush(self):
         self.db.flush()

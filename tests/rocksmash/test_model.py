@@ -205,6 +205,18 @@ TestModelRowCache = DBModelRowCache.TestCase
 TestModelRowCache.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
 
 
+class DBModelLargeMemtable(DBModel):
+    """A memtable that holds a whole program (the others hold a few entries): versions,
+    deletions and range tombstones meet inside one memtable, and only the flush and
+    reopen rules move them to tables."""
+
+    options = dict(SMALL, background_processes=False, memtable_size="1MiB")
+
+
+TestModelLargeMemtable = DBModelLargeMemtable.TestCase
+TestModelLargeMemtable.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 4))
+
+
 class DBModelCloud(DBModel):
     """With a cloud tier and no local budget: every level below L0 is in the object store."""
 
