@@ -231,6 +231,21 @@ TestModelCloud = DBModelCloud.TestCase
 TestModelCloud.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 2))
 
 
+class DBModelCloudOneBudget(DBModelCloud):
+    """The tiered read path at its smallest: one local budget (the DataCache gets what the
+    tables leave), no block cache (every read of a cloud block goes through the shared
+    fetch, whose waiters then load the block themselves), two-block fetch windows, so
+    scans read ahead and multi_get reads ahead across windows."""
+
+    options = dict(SMALL, background_processes=False, local_budget="8KiB", cache_size="rest",
+                   cloud_target_file_size=4096, block_cache_size=0, cloud_fetch_size=512,
+                   cloud_fetch_threads=4)
+
+
+TestModelCloudOneBudget = DBModelCloudOneBudget.TestCase
+TestModelCloudOneBudget.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 8))
+
+
 class DBModelCloudFiles(DBModel):
     """A file:// object store, uploads done by worker processes, a 10% local budget."""
 
