@@ -71,3 +71,39 @@ def test_a_shrinking_data_cache_evicts_to_its_new_capacity(tmp_path):
         assert kept and all(dc.get(1, b) == bytes([b % 256]) * 4000 for b in kept)
         with pytest.raises(InvalidArgumentError):
             dc.set_capacity(0)
+
+
+def gets(db):
+    return db.stats()["cloud"]["object_store"]["requests"].get("get", 0)
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_hot_keys_stay_local_across_a_full_compaction_within_the_budget(tmp_path, aware):
+    """Heat survives compaction in a one-budget cache: the compaction puts the hot ranges
+    of its output into the DataCache it then fits to the budget, so the hot keys are read
+    back with next to no GETs (without the compaction-aware fill: about one GET each)."""
+    rng = random.Random(2)
+    keys = [b"key%07d" % i for i in range(40000)]
+    opts = dict(OPTS, object_store=f"memory://{uuid.uuid4().hex}/db", local_budget=1 << 20,
+                cache_size="rest", block_cache_size="16KiB", compaction_aware_cache=aware,
+                fencing_check_interval=3600)
+    hot = keys[::131]  # about 300 keys spread over the whole key space
+    with rocksmash.open(tmp_path / "db", **opts) as db:
+        for i in range(0, len(keys), 1000):
+            db.update({k: rng.randbytes(60) for k in keys[i:i + 1000]})
+        db.compact_range()
+        for _ in range(3):  # hot: read again and again
+            for k in hot:
+                db.get(k)
+        rewritten = {k: rng.randbytes(60) for k in rng.sample(keys, len(keys) // 5)}
+        db.update(rewritten)
+        db.compact_range()  # rewrites every table: new numbers, nothing cached by name
+        before = gets(db)
+        for k in hot:
+            assert db.get(k) is not None and (k not in rewritten or db.get(k) == rewritten[k])
+        fetched = gets(db) - before
+        assert db.stats()["cloud"]["footprint"]["total"] <= 1 << 20
+    if aware:
+        assert fetched <= len(hot) // 10
+    else:
+        assert fetched >= len(hot) // 2
