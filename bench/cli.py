@@ -215,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "availability timeline (see bench/failover.py).")
     fo.add_argument("--mode", action="append", choices=("ms-sc", "ms-ec", "aa-sc", "aa-ec"),
                     help="a mode (repeatable; default all four)")
-    fo.add_argument("--fault", action="append", choices=("kill", "pause", "switch"),
-                    help="a fault (default kill and pause); switch: shard 0's mode switched live")
+    fo.add_argument("--fault", action="append", choices=("kill", "pause", "switch", "add"),
+                    help="a fault (default kill and pause); switch: shard 0's mode switched live; "
+                         "add: a fourth node added online")
     fo.add_argument("--repeat", type=int, default=1, help="repetitions (default 1)")
     fo.add_argument("--tasks", type=int, default=16, help="concurrent writer tasks (default 16)")
     fo.add_argument("--out", type=Path, help="also write results.json, report.txt and timeline.png here")

@@ -7,7 +7,9 @@ probe task per shard writes a key of that shard, one put after another. After
 ``--warmup`` seconds the node heading shard 0 is killed (``kill``: SIGKILL) or paused
 (``pause``: SIGSTOP, resumed with SIGCONT when the trial ends), or shard 0's mode is
 switched live (``switch``: ``bespokv.modeswitch.switch_mode`` to ``SWITCH_TO[mode]``, from
-the same process; the fault's time is the start of the switch).
+the same process; the fault's time is the start of the switch), or a fourth node is added
+(``add``: ``bespokv.membership.add_node``, which moves its share of replicas to it online;
+the fault's time is the start of the add).
 
 Reported per shard: the failover time, from the fault to the completion of the first
 successful probe write *issued at or after* the fault (a write in flight at the fault that
@@ -98,6 +100,9 @@ async def _drive(cluster: Any, *, tasks: int, warmup: float, after: float, fault
         cluster.kill(victim)
     elif fault == "pause":
         cluster.pause(victim)
+    elif fault == "add":
+        switched = await _add(cluster)
+        victim = f"n4 added, {len(switched['moves'])} replicas moved"
     else:
         victim = f"shard 0 -> {SWITCH_TO[cluster.config.mode]}"
         switched = await _switch(cluster, SWITCH_TO[cluster.config.mode])
@@ -152,6 +157,21 @@ async def _switch(cluster: Any, to: str) -> dict[str, Any]:
         await peers.close()
         await coord.stop()
     return {"to": to, "drained_s": sum(r.drained_s for r in reports), "serving_s": sum(r.serving_s for r in reports)}
+
+
+async def _add(cluster: Any) -> dict[str, Any]:
+    from bespokv.etcd_coordinator import EtcdCoordinator
+    from bespokv.membership import add_node
+
+    coord = EtcdCoordinator(cluster.config, cluster.config.etcd)
+    await coord.start()
+    t0 = time.monotonic()
+    try:
+        address = cluster.add_node_config("n4")
+        moves = await add_node(coord, "n4", address, start=lambda: cluster.start_node("n4"), timeout=60)
+    finally:
+        await coord.stop()
+    return {"moves": [list(m) for m in moves], "added_s": time.monotonic() - t0}
 
 
 def run_trial(mode: str, fault: str, *, tasks: int = 16, warmup: float = 3.0, after: float = AFTER) -> dict[str, Any]:
