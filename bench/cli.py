@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,s3-latency,failover,reconnect} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,s3-latency,failover,reconnect} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -487,6 +487,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.footprint import main as footprint_main
 
         return footprint_main(argv[1:])
+    if argv and argv[0] == "range-delete":  # what a live range tombstone costs reads
+        from bench.range_delete import main as range_delete_main
+
+        return range_delete_main(argv[1:])
     if argv and argv[0] == "cache-model":  # row vs block cache, modelled; its own options
         from bench.cache_model import main as cache_model_main
 

@@ -100,8 +100,13 @@ def union(tombs: Iterable[Tombstone]) -> tuple[list[bytes], list[bytes]]:
 
 
 def filter_chunk(keys: Sequence[bytes], values: list[bytes | None], starts: list[bytes],
-                 ends: list[bytes]) -> tuple[list[bytes], list[bytes | None]]:
+                 ends: list[bytes]) -> tuple[Sequence[bytes], list[bytes | None]]:
     """The entries of a chunk whose keys are outside the intervals ``(starts, ends)``."""
+    if not keys:
+        return keys, values
+    i = bisect_right(starts, keys[0]) - 1
+    if (i < 0 or keys[0] >= ends[i]) and (i + 1 == len(starts) or keys[-1] < starts[i + 1]):
+        return keys, values  # the whole chunk lies between two intervals: the common case
     out_k: list[bytes] = []
     out_v: list[bytes | None] = []
     for key, value in zip(keys, values):
