@@ -33,7 +33,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from . import filenames
-from .env import fsync_dir, os_error
+from .env import POSIX, PosixEnv, os_error
 from .errors import InvalidArgumentError
 from .manifest import Manifest
 from .version import LOCAL
@@ -52,6 +52,8 @@ def make_checkpoint(db: "DB", dest: str) -> None:
     if db._cloud is not None:
         raise InvalidArgumentError("checkpoint of a tiered database (object_store=) is not "
                                    "supported yet")
+    if type(db._env) is not PosixEnv:
+        raise InvalidArgumentError("checkpoint needs the real file system (env=None)")
     dest = os.path.abspath(dest)
     if os.path.lexists(dest):
         raise InvalidArgumentError(f"{dest}: already exists; a checkpoint makes a new "
@@ -77,9 +79,9 @@ def make_checkpoint(db: "DB", dest: str) -> None:
         Manifest.create(tmp, manifest_number, version, log_number=log_number,
                         next_file=manifest_number + 1, last_seq=last_seq,
                         db_id=uuid.uuid4().hex).close()
-        fsync_dir(tmp)
+        POSIX.sync_dir(tmp)
         os.rename(tmp, dest)
-        fsync_dir(parent)
+        POSIX.sync_dir(parent)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise os_error(f"checkpoint to {dest}", e) from e

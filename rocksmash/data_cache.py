@@ -64,7 +64,7 @@ from collections import OrderedDict, deque
 from threading import Lock
 from typing import Any
 
-from .env import FileLock, write_file_atomic
+from .env import POSIX, FileLock
 from .errors import ClosedError, InvalidArgumentError
 from .formats import DATA_CACHE_INDEX_MAGIC
 
@@ -579,7 +579,7 @@ class DataCache:
                 for seg in self._segs:
                     if seg.dirty:
                         os.fsync(seg.fd)
-                write_file_atomic(os.path.join(self.dirpath, "INDEX"), self._encode_index())
+                POSIX.write_file_atomic(os.path.join(self.dirpath, "INDEX"), self._encode_index())
             finally:
                 self._drop_state()
         self._release()

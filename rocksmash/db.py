@@ -32,7 +32,7 @@ from .bloom import key_hash, split_hash
 from .cloud import CloudTier
 from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
                          range_compaction)
-from .env import FileLock, LocalFile, fsync_dir, os_error
+from .env import POSIX, PosixEnv, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
 from .iterator import KEY, VALUE, DBIterator
@@ -165,19 +165,20 @@ class DB:
         self._progress = progress  # reports a rebuild from the bucket (the CLI's restore)
         self._closed = True
         self._forked = False
-        if os.path.exists(os.path.join(self.path, filenames.CURRENT)):
+        env = self._env = options.env or POSIX
+        if env.exists(os.path.join(self.path, filenames.CURRENT)):
             if options.error_if_exists:
                 raise InvalidArgumentError(f"{self.path}: database exists (error_if_exists)")
         elif not options.create_if_missing:
             raise InvalidArgumentError(f"{self.path}: no database here (create_if_missing "
                                        f"is False)")
         try:
-            os.makedirs(self.path, exist_ok=True)
+            env.makedirs(self.path)
         except (FileExistsError, NotADirectoryError) as e:
             raise InvalidArgumentError(f"{self.path}: not a directory ({e.strerror})") from None
         except OSError as e:
             raise os_error(f"creating {self.path}", e) from e
-        self._file_lock = FileLock(os.path.join(self.path, filenames.LOCK))
+        self._file_lock = env.lock(os.path.join(self.path, filenames.LOCK))
         try:
             self._init_state()
             self._recover()
@@ -234,8 +235,10 @@ class DB:
                           "bloom_bits_per_key": opts.bloom_bits_per_key}
         self._drop_damaged_tail = opts.wal_recovery == "drop_corrupt_tail"
         # The process's shared worker pools (None: jobs run on this process's threads).
-        self._flush_worker = shared_pool("flush") if opts.background_processes else None
-        self._compaction_worker = (shared_pool("compaction") if opts.background_processes
+        # (Worker processes use the real file system, without an env's faults.)
+        workers = opts.background_processes and type(self._env) is PosixEnv
+        self._flush_worker = shared_pool("flush") if workers else None
+        self._compaction_worker = (shared_pool("compaction") if workers
                                    else None)
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
@@ -273,7 +276,7 @@ class DB:
         new manifest snapshot (CURRENT swapped), publish, and delete what nothing
         references any more."""
         cloud = self._cloud
-        found = recover(self.path, self.options, cloud, self._pub, self._stats,
+        found = recover(self._env, self.path, self.options, cloud, self._pub, self._stats,
                         self._job_opts, self._flush_worker, self._progress)
         self._fresh = found.fresh
         self.db_id = found.db_id
@@ -289,13 +292,14 @@ class DB:
         #: Whether range tombstones may exist: reads take the slower paths that apply them.
         self._ranged = self._has_ranges()
         self._wal = WalWriter(self.path, self._mem.segment, self._mem.table_number,
-                              last_seq + 1)
+                              last_seq + 1, self._env)
         oldest_unflushed = restored[0].segment if restored else self._mem.segment
         self._manifest = Manifest.create(self.path, self._take_number(), version,
                                          log_number=oldest_unflushed,
                                          next_file=self._next_file, last_seq=last_seq,
                                          epoch=cloud.epoch if cloud else 0, db_id=self.db_id,
-                                         mirror_gen=cloud.generation + 1 if cloud else 0)
+                                         mirror_gen=cloud.generation + 1 if cloud else 0,
+                                         env=self._env)
         self._log_number = oldest_unflushed
         if cloud is not None:
             wal_objects = found.wal_objects
@@ -319,8 +323,8 @@ class DB:
                 filenames.segment_name(self._mem.segment)}
         keep |= {filenames.table_name(f.number) for lvl in levels for f in lvl}
         keep |= {filenames.segment_name(m.segment) for m in restored}
-        remove_unreferenced(self.path, found.names, keep)
-        fsync_dir(self.path)
+        remove_unreferenced(self._env, self.path, found.names, keep)
+        self._env.sync_dir(self.path)
         self._update_stall()
 
     def _open_table(self, f: FileMeta) -> Table:
@@ -328,7 +332,8 @@ class DB:
         from the MetaCache (fetched from the object once, if missing)."""
         if f.tier == LOCAL:
             name = filenames.table_name(f.number)
-            return Table(f.number, LocalFile(os.path.join(self.path, name)), self._cache, name)
+            return Table(f.number, self._env.open_random(os.path.join(self.path, name)),
+                         self._cache, name)
         cloud = self._cloud
         if cloud is None:
             raise InvalidArgumentError("this database has tables in an object store; "
@@ -356,7 +361,7 @@ class DB:
     def _run_job(self, pool: WorkerPool | None, job: str, **kwargs: Any) -> Any:
         """Run a job in a worker of ``pool`` (or inline, on this thread)."""
         if pool is None:
-            return JOBS[job](**kwargs)
+            return JOBS[job](env=self._env, **kwargs)
         return pool.call(job, **kwargs)
 
     # ----------------------------------------------------------------- writes
@@ -534,7 +539,7 @@ class DB:
         cannot be created (disk full), nothing changes and the error is raised."""
         seg, table = self._new_numbers(2)
         try:
-            wal = WalWriter(self.path, seg, table, self._seq + 1)
+            wal = WalWriter(self.path, seg, table, self._seq + 1, self._env)
         except OSError as e:
             raise os_error("creating a WAL segment", e) from e
         if self._shipper is not None:
@@ -542,7 +547,7 @@ class DB:
                 self._shipper.add_segment(wal)
             except OSError as e:
                 wal.close()
-                os.unlink(wal.path)
+                self._env.remove(wal.path)
                 raise os_error("opening a WAL segment for shipping", e) from e
             self._shipper.seal(self._wal)
         with self._sync_lock:
@@ -942,7 +947,7 @@ class DB:
                              info.min_seq, info.max_seq)
                 f.table = self._open_table(f)
                 edit.added.append((0, f))
-                fsync_dir(self.path)  # the table's directory entry, before the edit
+                self._env.sync_dir(self.path)  # the table's entry, before the edit
             self._log_edit(edit)
             with self._lock:
                 self._version = self._version.apply(edit)  # the table first, then
@@ -958,13 +963,18 @@ class DB:
             for w in [w for w in self._old_wals if w.number == mem.segment]:
                 w.close()
                 self._old_wals.remove(w)
-        try:
-            os.unlink(seg_path)
-        except FileNotFoundError:
-            pass
+        self._env.remove_if_exists(seg_path)
 
     def _log_edit(self, edit: VersionEdit) -> None:
-        """Make ``edit`` durable (``_version_lock`` held), rolling the manifest if large."""
+        """Make ``edit`` durable (``_version_lock`` held), rolling the manifest if large.
+        A failure raises a rocksmash Error and the edit has not taken effect (a full disk
+        is retriable; after a failed fsync every later edit fails until a reopen)."""
+        try:
+            self._log_edit_to_file(edit)
+        except OSError as e:
+            raise os_error("writing the manifest", e) from e
+
+    def _log_edit_to_file(self, edit: VersionEdit) -> None:
         if edit.log_number is not None:
             self._log_number = edit.log_number
         if self._manifest.size > _MANIFEST_ROLL_SIZE:
@@ -975,9 +985,9 @@ class DB:
                 next_file=self._next_file, last_seq=max(edit.last_seq or 0, self._seq),
                 epoch=self._cloud.epoch if self._cloud else 0, db_id=self.db_id,
                 mirror_gen=max(edit.mirror_gen or 0, self._cloud.generation + 1)
-                if self._cloud else 0)
+                if self._cloud else 0, env=self._env)
             old.close()
-            os.unlink(os.path.join(self.path, filenames.manifest_name(old.number)))
+            self._env.remove(os.path.join(self.path, filenames.manifest_name(old.number)))
             return
         self._manifest.log(edit)
 
@@ -1094,7 +1104,7 @@ class DB:
             for _, t, tmp in fills:
                 if tmp is not None:
                     t.close()
-                    os.unlink(tmp)
+                    self._env.remove(tmp)
 
     def _footprint(self) -> dict[str, int]:
         """Local bytes of the tiered database: the local tables, the MetaCache and the
@@ -1199,13 +1209,13 @@ class DB:
                          info.max_seq, None, CLOUD if to_cloud else LOCAL,
                          cloud.epoch if to_cloud and cloud else 0)
             if to_cloud:  # keep its metadata locally; the local copy warms the cache later
-                local = Table(n, LocalFile(info.path), None, info.path)
+                local = Table(n, self._env.open_random(info.path), None, info.path)
                 fills.append((n, local, info.path))
                 self._meta_cache.put(n, local.meta())
             f.table = self._open_table(f)
             outputs.append(f)
         if not to_cloud:
-            fsync_dir(self.path)
+            self._env.sync_dir(self.path)
         return outputs
 
     # ----------------------------------------------------------------- cloud tier
@@ -1269,7 +1279,10 @@ class DB:
             with self._version_lock:
                 c = range_compaction(self._version, start, end)
             if c is not None:
-                self._run_compaction(c)
+                try:
+                    self._run_compaction(c)
+                except OSError as e:
+                    raise os_error("compact_range", e) from e
                 del c
                 self._collect_dead_objects()
         with self._lock:
@@ -1387,7 +1400,7 @@ class DB:
             # A new database whose open failed: leave no half-made one behind (a retry
             # starts again from the bucket). Other files go at the next open.
             try:
-                os.unlink(os.path.join(self.path, filenames.CURRENT))
+                self._env.remove(os.path.join(self.path, filenames.CURRENT))
             except OSError:
                 pass
         shipper = getattr(self, "_shipper", None)
@@ -1398,7 +1411,7 @@ class DB:
                 getattr(self, "_cloud", None), self._file_lock]
         for thing in held:
             try:
-                if isinstance(thing, FileLock):
+                if thing is self._file_lock:
                     thing.release()
                 elif thing is not None:
                     thing.close()

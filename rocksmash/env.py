@@ -1,21 +1,38 @@
-"""File access: the one place the engine touches the local file system.
+"""File access: the one seam between the engine and the local file system.
+
+Every local file operation of the engine (WAL segments, manifests, CURRENT, tables, the
+lock, directory syncs) goes through an :class:`Env`, LevelDB's design:
+
+* :class:`PosixEnv` (``POSIX``), the real file system, is the default;
+* :class:`~rocksmash.mem_env.MemEnv` keeps files in memory and models what a power loss
+  keeps (only synced bytes, only synced directory entries);
+* :class:`~rocksmash.fault_env.FaultEnv` wraps either and fails chosen operations (a
+  failed write, fsync or rename, a full disk).
+
+Pick one with the ``env`` option of :func:`rocksmash.open`. Contract of every method: it
+raises ``OSError`` (with the errno the real call would give) on failure; callers turn that
+into the engine's errors with :func:`os_error`. An env other than the real file system
+keeps the engine's jobs in this process (worker processes see only the real one).
 
 Table readers see files only through :class:`RandomAccessFile`, so the cloud tier can
 substitute a reader backed by an object store. Everything that must be durable goes
-through :func:`write_file_atomic` or an explicit ``fsync`` plus :func:`fsync_dir`.
+through :meth:`Env.write_file_atomic` or an explicit ``sync`` plus :meth:`Env.sync_dir`.
+The caches of the cloud tier (data_cache.py, meta_cache.py) still use the real file system
+directly: they hold only copies of what the bucket has.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
-from typing import Protocol
+from typing import Callable, Protocol
 
 from .errors import ClosedError, Error, LockedError
 
-__all__ = ["RandomAccessFile", "LocalFile", "FileLock", "write_file_atomic", "fsync_dir",
-           "write_all", "os_error"]
+__all__ = ["Env", "PosixEnv", "POSIX", "RandomAccessFile", "WritableFile", "FileLockHandle",
+           "BufferedFile", "LocalFile", "FileLock", "write_all", "os_error"]
 
 
 def os_error(what: str, e: OSError) -> Error:
@@ -40,6 +57,237 @@ class RandomAccessFile(Protocol):
     def size(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class WritableFile(Protocol):
+    """A file being written from its start, appending. Not thread-safe: callers serialize."""
+
+    path: str
+
+    def write(self, data: bytes | memoryview, /) -> int:
+        """Append ``data``; return how many bytes were written (like ``os.write``,
+        possibly fewer: see :func:`write_all`). May be an attribute (the real file's is
+        ``os.write`` bound to its descriptor, so the WAL's hot path costs one call)."""
+        ...
+
+    def sync(self) -> None:
+        """Make every byte written so far durable (``fdatasync``)."""
+        ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FileLockHandle(Protocol):
+    def release(self) -> None: ...
+
+
+def write_all(f: WritableFile, data: bytes | memoryview) -> None:
+    """``f.write`` until every byte is written (a write may be partial)."""
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        view = view[n:]
+
+
+class BufferedFile:
+    """Buffers small writes to a :class:`WritableFile` (tables are written in blocks of a
+    few KiB; one write per ``size`` bytes)."""
+
+    def __init__(self, f: WritableFile, size: int = 1 << 20) -> None:
+        self.file = f
+        self._size = size
+        self._buf: list[bytes] = []
+        self._buffered = 0
+
+    def write(self, data: bytes) -> None:
+        self._buf.append(data)
+        self._buffered += len(data)
+        if self._buffered >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            data = b"".join(self._buf)
+            self._buf.clear()
+            self._buffered = 0
+            write_all(self.file, data)
+
+    def sync(self) -> None:
+        self.flush()
+        self.file.sync()
+
+    def close(self) -> None:
+        self._buf.clear()
+        self.file.close()
+
+
+class Env:
+    """The file system as the engine sees it (see the module docstring).
+
+    Paths are strings; every method raises ``OSError`` as the real call would.
+    """
+
+    #: True for the real file system, which worker processes see too.
+    real = True
+
+    def new_writable(self, path: str, *, exclusive: bool = False) -> WritableFile:
+        """Create ``path`` empty for writing (replace it, or fail if ``exclusive``)."""
+        raise NotImplementedError
+
+    def open_random(self, path: str) -> RandomAccessFile:
+        raise NotImplementedError
+
+    def read_file(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def is_dir(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def file_size(self, path: str) -> int:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str]:
+        raise NotImplementedError
+
+    def makedirs(self, path: str) -> None:
+        """Create ``path`` and its missing parents, durably (each new directory's entry
+        synced in its parent); an existing directory is fine."""
+        missing = []
+        path = os.path.abspath(path)
+        while not self.exists(path):
+            missing.append(path)
+            path = os.path.dirname(path)
+        for d in reversed(missing):
+            self.mkdir(d)
+            self.sync_dir(os.path.dirname(d))
+
+    def mkdir(self, path: str) -> None:
+        """Create one directory (its parent exists)."""
+        raise NotImplementedError
+
+    def remove(self, path: str) -> None:
+        raise NotImplementedError
+
+    def rename(self, src: str, dst: str) -> None:
+        """Rename, replacing ``dst`` atomically (``os.replace``)."""
+        raise NotImplementedError
+
+    def link(self, src: str, dst: str) -> None:
+        """A hard link (``dst`` must not exist)."""
+        raise NotImplementedError
+
+    def sync_dir(self, path: str) -> None:
+        """Make a directory's entries (created, renamed, removed files) durable."""
+        raise NotImplementedError
+
+    def lock(self, path: str) -> FileLockHandle:
+        """Lock ``path`` (created if missing) exclusively; LockedError if it is held."""
+        raise NotImplementedError
+
+    def write_file_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` so that a crash leaves either the old or the new
+        content: a synced temporary file renamed over it, then a directory sync."""
+        tmp = path + ".tmp"
+        f = self.new_writable(tmp)
+        try:
+            write_all(f, data)
+            f.sync()
+        finally:
+            f.close()
+        self.rename(tmp, path)
+        self.sync_dir(os.path.dirname(os.path.abspath(path)))
+
+    def remove_if_exists(self, path: str) -> None:
+        try:
+            self.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def _closed_write(data: bytes | memoryview) -> int:
+    raise ClosedError("file is closed")
+
+
+class _PosixWritable:
+    __slots__ = ("path", "_fd", "write")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self.write: Callable[[bytes | memoryview], int] = functools.partial(os.write, fd)
+
+    def sync(self) -> None:
+        if self._fd < 0:
+            raise ClosedError(f"{self.path}: file is closed")
+        os.fdatasync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        self.write = _closed_write  # never a write to a reused descriptor number
+        if fd >= 0:
+            os.close(fd)
+
+
+class PosixEnv(Env):
+    """The real file system."""
+
+    def new_writable(self, path: str, *, exclusive: bool = False) -> WritableFile:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        flags |= os.O_EXCL if exclusive else os.O_TRUNC
+        return _PosixWritable(path, os.open(path, flags, 0o644))
+
+    def open_random(self, path: str) -> RandomAccessFile:
+        return LocalFile(path)
+
+    def read_file(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def file_size(self, path: str) -> int:
+        return os.stat(path).st_size
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def mkdir(self, path: str) -> None:
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def link(self, src: str, dst: str) -> None:
+        os.link(src, dst)
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def lock(self, path: str) -> FileLockHandle:
+        return FileLock(path)
 
 
 class LocalFile:
@@ -82,36 +330,6 @@ class LocalFile:
             pass
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """``os.write`` until every byte is written (a write may be partial)."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (created, renamed, removed files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or new content."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
 class FileLock:
     """An exclusive ``flock`` on a file; a second holder, in any process, gets LockedError.
 
@@ -144,3 +362,7 @@ class FileLock:
         if fd >= 0:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+#: The real file system (the default env).
+POSIX = PosixEnv()

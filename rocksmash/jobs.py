@@ -30,7 +30,7 @@ from bisect import bisect_left, bisect_right
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
-from .env import LocalFile, os_error
+from .env import POSIX, Env, os_error
 from .range_del import RangeEnd, Tombstone, clip, union
 from .table import Table
 from .table_builder import TableBuilder, TableInfo
@@ -108,8 +108,8 @@ class _Ranges:
 
 def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Iterator[str],
                   opts: dict, snapshots: list[int], bottommost: bool,
-                  target_size: int | None, tombs: list[Tombstone] | None = None
-                  ) -> list[TableInfo]:
+                  target_size: int | None, tombs: list[Tombstone] | None = None,
+                  env: Env = POSIX) -> list[TableInfo]:
     """Write merged ``(key, -seq, value)`` entries, (key, -seq) ascending, and range
     tombstones ``tombs`` to new tables.
 
@@ -124,7 +124,7 @@ def _write_tables(entries: Iterable[tuple[bytes, int, bytes | None]], paths: Ite
     def new_builder() -> TableBuilder:
         return TableBuilder(next(paths), block_size=opts["block_size"],
                             compression=opts["compression"],
-                            bloom_bits_per_key=opts["bloom_bits_per_key"])
+                            bloom_bits_per_key=opts["bloom_bits_per_key"], env=env)
 
     def builder_for_next_key() -> TableBuilder:
         """The builder for a new key: a new table once the current one is big enough."""
@@ -205,14 +205,16 @@ def _write_ranged(entries: Iterable[tuple[bytes, int, bytes | None]], ranges: _R
 
 
 def flush_segment(*, segment_path: str, table_path: str, opts: dict,
-                  snapshots: list[int], drop_damaged_tail: bool = False) -> dict:
+                  snapshots: list[int], drop_damaged_tail: bool = False,
+                  env: Env = POSIX) -> dict:
     """Replay a sealed WAL segment into the table its header names.
 
     Returns ``{"table": TableInfo | None, "last_seq": int, "torn": bool}``; ``table`` is
     None when the segment holds no writes. Raises CorruptionError on a damaged segment
-    (see ``wal.read_segment`` for ``drop_damaged_tail``).
+    (see ``wal.read_segment`` for ``drop_damaged_tail``). Files are read and written
+    through ``env`` (the default in a worker process: the real file system).
     """
-    seg = read_segment(segment_path, drop_damaged_tail=drop_damaged_tail)
+    seg = read_segment(segment_path, drop_damaged_tail=drop_damaged_tail, env=env)
     versions: dict[bytes, list[tuple[int, bytes | None]]] = {}
     tombs: list[Tombstone] = []
     last_seq = seg.first_seq - 1
@@ -237,7 +239,7 @@ def flush_segment(*, segment_path: str, table_path: str, opts: dict,
                     yield key, -seq, value
 
         tables = _write_tables(entries(), iter([table_path]), opts, snapshots, False, None,
-                               tombs)
+                               tombs, env)
         table = tables[0] if tables else None
     return {"table": table, "last_seq": last_seq, "torn": seg.torn,
             "first_seq": seg.first_seq}
@@ -293,10 +295,10 @@ def _delta(after: dict | None, before: dict | None) -> dict | None:
             "bytes_out": after["bytes_out"] - before["bytes_out"]}
 
 
-def _open_input(src: dict, store: Any) -> Table:
+def _open_input(src: dict, store: Any, env: Env) -> Table:
     """A table to read: ``{"path": local path}`` or ``{"key": object key, "size": bytes}``."""
     if "path" in src:
-        return Table(0, LocalFile(src["path"]), None, os.path.basename(src["path"]))
+        return Table(0, env.open_random(src["path"]), None, os.path.basename(src["path"]))
     from .cloud import CloudFile
 
     return Table(0, CloudFile(store, src["key"], src["size"]), None, src["key"])
@@ -304,7 +306,8 @@ def _open_input(src: dict, store: Any) -> Table:
 
 def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
             snapshots: list[int], bottommost: bool, target_file_size: int,
-            store: Any = None, upload_keys: list[str] | None = None) -> dict:
+            store: Any = None, upload_keys: list[str] | None = None,
+            env: Env = POSIX) -> dict:
     """Merge sorted runs of tables into new tables at ``out_paths`` (in order).
 
     Each run is a list of table sources in key order whose ranges do not overlap (one
@@ -320,7 +323,7 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
     tables: list[list[Table]] = []
     try:
         for run in runs:
-            tables.append([_open_input(src, st) for src in run])
+            tables.append([_open_input(src, st, env) for src in run])
         sources = [chain.from_iterable(t.entries() for t in run) for run in tables]
         merged = sources[0] if len(sources) == 1 else heapq.merge(*sources)
 
@@ -330,15 +333,14 @@ def compact(*, runs: list[list[dict]], out_paths: list[str], opts: dict,
 
         tombs = [t for run in tables for table in run for t in table.ranges]
         infos = _write_tables(merged, paths(), opts, snapshots, bottommost, target_file_size,
-                              tombs)
+                              tombs, env)
         if upload_keys is not None:
             from cloudtier import StoreError
 
             from .cloud import store_errors
 
             for info, key in zip(infos, upload_keys):
-                with open(info.path, "rb") as f:
-                    data = f.read()
+                data = env.read_file(info.path)
                 try:
                     st.put(key, data)
                 except StoreError as e:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .env import fsync_dir, write_all, write_file_atomic
-from .errors import CorruptionError, NewerFormatError
+from .env import POSIX, Env, WritableFile, write_all
+from .errors import CorruptionError, Error, NewerFormatError
 from .filenames import CURRENT, manifest_name, parse_name
 from .formats import DB_FORMAT_VERSION
 from .log_format import CLEAN, encode_record, read_records
@@ -57,11 +57,10 @@ def _valid_edit(payload: bytes) -> bool:
     return True
 
 
-def load_manifest(dirpath: str) -> ManifestState | None:
+def load_manifest(dirpath: str, env: Env = POSIX) -> ManifestState | None:
     """Replay the live manifest; None if the directory holds no database (no CURRENT)."""
     try:
-        with open(os.path.join(dirpath, CURRENT), "rb") as f:
-            current = f.read()
+        current = env.read_file(os.path.join(dirpath, CURRENT))
     except FileNotFoundError:
         return None
     name = current.decode("utf-8", "replace").strip()
@@ -69,8 +68,7 @@ def load_manifest(dirpath: str) -> ManifestState | None:
     if not current.endswith(b"\n") or parsed is None or parsed[0] != "manifest":
         raise CorruptionError(f"CURRENT: does not name a manifest ({current[:64]!r})")
     try:
-        with open(os.path.join(dirpath, name), "rb") as f:
-            data = f.read()
+        data = env.read_file(os.path.join(dirpath, name))
     except FileNotFoundError:
         raise CorruptionError(f"CURRENT names {name}, which is missing") from None
     records, _, tail = read_records(data, name=name, valid=_valid_edit)
@@ -103,16 +101,17 @@ def load_manifest(dirpath: str) -> ManifestState | None:
 class Manifest:
     """An open manifest being appended to. Callers serialize :meth:`log` calls."""
 
-    def __init__(self, dirpath: str, number: int, fd: int, size: int) -> None:
+    def __init__(self, dirpath: str, number: int, file: WritableFile, size: int) -> None:
         self.dirpath = dirpath
         self.number = number
-        self._fd = fd
+        self._file = file
         self.size = size
+        self._failed = False
 
     @classmethod
     def create(cls, dirpath: str, number: int, version: Version, *, log_number: int,
                next_file: int, last_seq: int, epoch: int = 0, db_id: str | None = None,
-               mirror_gen: int = 0) -> "Manifest":
+               mirror_gen: int = 0, env: Env = POSIX) -> "Manifest":
         """Write a new manifest holding a snapshot of ``version`` and make it CURRENT."""
         snapshot = VersionEdit(added=list(version.files()), log_number=log_number,
                                next_file=next_file, last_seq=last_seq,
@@ -120,27 +119,40 @@ class Manifest:
                                epoch=epoch or None, db_id=db_id,
                                mirror_gen=mirror_gen or None)
         path = os.path.join(dirpath, manifest_name(number))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        f = env.new_writable(path)
         try:
             rec = encode_record(snapshot.encode())
-            write_all(fd, rec)
-            os.fsync(fd)
-            fsync_dir(dirpath)
-            write_file_atomic(os.path.join(dirpath, CURRENT),
-                              (manifest_name(number) + "\n").encode())
+            write_all(f, rec)
+            f.sync()
+            env.sync_dir(dirpath)
+            env.write_file_atomic(os.path.join(dirpath, CURRENT),
+                                  (manifest_name(number) + "\n").encode())
         except BaseException:
-            os.close(fd)
+            f.close()
             raise
-        return cls(dirpath, number, fd, len(rec))
+        return cls(dirpath, number, f, len(rec))
 
     def log(self, edit: VersionEdit) -> None:
         """Append ``edit`` and make it durable; the edit takes effect when this returns."""
+        if self._failed:
+            raise Error(f"{manifest_name(self.number)}: an earlier manifest write failed "
+                        f"and could not be undone; reopen the database to recover")
         rec = encode_record(edit.encode())
-        write_all(self._fd, rec)
-        os.fsync(self._fd)
+        try:
+            write_all(self._file, rec)
+        except OSError:
+            try:  # cut off what part of the record got written: the next one follows
+                self._file.truncate(self.size)
+            except OSError:
+                self._failed = True
+            raise
+        try:
+            self._file.sync()
+        except OSError:
+            # The kernel may have dropped the pages: what the file holds is unknown.
+            self._failed = True
+            raise
         self.size += len(rec)
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._file.close()

@@ -47,7 +47,7 @@ from itertools import accumulate
 from operator import add
 from typing import Literal
 
-from .env import fsync_dir, write_all
+from .env import POSIX
 from .errors import CorruptionError, InvalidArgumentError, NewerFormatError
 from .formats import META_FLAG_OFFSETS, META_FORMAT_VERSION
 from .table import TableMeta
@@ -296,7 +296,9 @@ class MetaCache:
         data = encode_table_meta(meta)
         fd, tmp = tempfile.mkstemp(prefix=f"{number:06d}.", suffix=".tmp", dir=self.dirpath)
         try:
-            write_all(fd, data)
+            view = memoryview(data)
+            while view:  # (os.write may write less)
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -306,7 +308,7 @@ class MetaCache:
         with self._lock:  # rename under the lock so the listing and the files agree
             os.replace(tmp, self._path(number))
             self._sizes[number] = len(data)
-        fsync_dir(self.dirpath)
+        POSIX.sync_dir(self.dirpath)
 
     def get(self, number: int) -> TableMeta | None:
         """Table ``number``'s metadata, or ``None`` if absent or damaged (then removed)."""

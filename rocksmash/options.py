@@ -120,6 +120,13 @@ class Options:
     # Run flush and compaction in worker processes (one each), keeping the GIL free for
     # the foreground. False runs them on background threads of this process instead.
     background_processes: bool = True
+    # Where local files live: None for the real file system, or a ``rocksmash.env.Env``
+    # (``rocksmash.mem_env.MemEnv`` keeps them in memory and can simulate a power loss;
+    # ``rocksmash.fault_env.FaultEnv`` fails chosen operations). With any env but the
+    # default, jobs run on this process's threads (as with ``background_processes=False``)
+    # so that every file operation goes through it. An in-memory env: local databases
+    # only.
+    env: Any = None
     # Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
     max_key_size: int = _size(64 << 10)
     max_value_size: int = _size(64 << 20)
@@ -251,6 +258,15 @@ class Options:
         if self.cloud_compression not in COMPRESSIONS:
             raise InvalidArgumentError(f"cloud_compression: expected one of "
                                        f"{', '.join(COMPRESSIONS)}, got {self.cloud_compression!r}")
+        if self.env is not None:
+            from .env import Env
+
+            if not isinstance(self.env, Env):
+                raise InvalidArgumentError(f"env: expected a rocksmash.env.Env, got "
+                                           f"{type(self.env).__name__}")
+            if not self.env.real and (self.object_store is not None or self.read_only):
+                raise InvalidArgumentError("env: an in-memory or fault env is for local "
+                                           "databases opened for writing")
         if not isinstance(self.object_store_options, dict):
             raise InvalidArgumentError("object_store_options: expected a dict")
         if not 0 <= self.object_store_retries <= 100:

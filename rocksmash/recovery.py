@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from . import filenames
 from .cloud import CloudTier, WalObject
-from .env import os_error
+from .env import Env, os_error
 from .errors import CorruptionError, FencedError, InvalidArgumentError
 from .jobs import JOBS
 from .log_format import CLEAN
@@ -67,7 +67,7 @@ class Recovered:
     names: list[str] = field(default_factory=list)
 
 
-def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publication | None,
+def recover(env: Env, path: str, options: Options, cloud: CloudTier | None, pub: Publication | None,
             stats: dict[str, Any], job_opts: dict[str, Any], flush_worker: WorkerPool | None,
             progress: Progress | None = None) -> Recovered:
     """Load the manifest, replay leftover WAL segments into L0 tables, and return the
@@ -79,7 +79,7 @@ def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publicati
     or damaged) is used only if nothing that record described is lost (see
     :func:`check_recoverable`). With ``cloud``, older writers are fenced from here on.
     """
-    state = load_manifest(path)
+    state = load_manifest(path, env)
     db_id = state.db_id if state is not None else None
     mirror = None
     wal_objects: list[WalObject] = []
@@ -98,7 +98,7 @@ def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publicati
         if cloud is None and any(f.tier == CLOUD for lvl in levels for f in lvl):
             raise InvalidArgumentError(
                 f"{path} has tables in an object store; open it with object_store=")
-        check_recoverable(path, state, mirror)
+        check_recoverable(env, path, state, mirror)
         if mirror is not None and pub is not None:  # which local tables have backups
             local = {f.number: f for lvl in levels for f in lvl if f.tier == LOCAL}
             for _, f in CloudTier.mirror_files(mirror):
@@ -119,13 +119,13 @@ def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publicati
         if mirror.get("log_number") is not None:
             log_number = int(mirror["log_number"])
             rebuilt = True
-            segs, nbytes = write_segments(path, wal_objects, log_number)
+            segs, nbytes = write_segments(env, path, wal_objects, log_number)
             stats["restored_wal_segments"] = segs
             stats["restored_wal_bytes"] = nbytes
         stats["restore_download_seconds"] = time.monotonic() - started
         stats["restored_from_object_store"] = True
     try:
-        names = os.listdir(path)
+        names = env.listdir(path)
     except OSError as e:
         raise os_error(f"listing {path}", e) from e
     for name in names:
@@ -135,7 +135,7 @@ def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publicati
     headers = []
     for number in sorted(p[1] for p in map(filenames.parse_name, names)
                          if p and p[0] == "log" and p[1] >= log_number):
-        header = read_segment_header(os.path.join(path, filenames.segment_name(number)))
+        header = read_segment_header(os.path.join(path, filenames.segment_name(number)), env)
         if header is not None:  # None: cut short while being created, holds no writes
             headers.append(header)
             next_file = max(next_file, header.table_number + 1)
@@ -148,12 +148,12 @@ def recover(path: str, options: Options, cloud: CloudTier | None, pub: Publicati
         # soon as they are parsed; the flush thread turns them into tables after the open
         # (the same replay of the same segment files, so the same tables).
         for h in headers:
-            mem, seg_last = load_segment(path, h.number, h.table_number)
+            mem, seg_last = load_segment(env, path, h.number, h.table_number)
             found.restored.append(mem)
             found.last_seq = max(found.last_seq, seg_last)
         stats["restored_memtables"] = len(found.restored)
     else:
-        _replay_into(found, path, headers, options, stats, job_opts, flush_worker)
+        _replay_into(found, env, path, headers, options, stats, job_opts, flush_worker)
     stats["recovery_seconds"] = time.monotonic() - started
     return found
 
@@ -186,7 +186,7 @@ def _claim_bucket(path: str, state: ManifestState | None, cloud: CloudTier,
     return db_id, mirror, scan_wal(cloud, fence, cloud.wal_fences, progress)
 
 
-def _replay_into(found: Recovered, path: str, headers: list[Any], options: Options,
+def _replay_into(found: Recovered, env: Env, path: str, headers: list[Any], options: Options,
                  stats: dict[str, Any], job_opts: dict[str, Any],
                  flush_worker: WorkerPool | None) -> None:
     """Replay the segments of ``headers`` into L0 tables of ``found``."""
@@ -198,7 +198,7 @@ def _replay_into(found: Recovered, path: str, headers: list[Any], options: Optio
     if flush_worker is None or len(tasks) <= 1:
         def run(t: dict[str, Any]) -> Any:
             if flush_worker is None:
-                return JOBS["flush_segment"](**t)
+                return JOBS["flush_segment"](env=env, **t)
             return flush_worker.call("flush_segment", **t)
         results = replay_segments(tasks, run, 1)
     else:
@@ -240,7 +240,7 @@ def replay_segments(tasks: list[dict[str, Any]], run: Callable[[dict[str, Any]],
     return [f.result() for f in futures]
 
 
-def check_recoverable(path: str, state: ManifestState, mirror: dict[str, Any] | None) -> None:
+def check_recoverable(env: Env, path: str, state: ManifestState, mirror: dict[str, Any] | None) -> None:
     """Raise CorruptionError unless every write the manifest describes is still
     somewhere: the WAL segment it names as the oldest unflushed one, every local table,
     and no cloud mirror newer than it. These hold for any manifest a crash leaves; they
@@ -250,13 +250,13 @@ def check_recoverable(path: str, state: ManifestState, mirror: dict[str, Any] | 
     why = (f" (the manifest's last record was {state.tail} and dropped: it held an edit "
            f"that had taken effect)" if state.tail != CLEAN else "")
     seg = filenames.segment_name(state.log_number)
-    if not os.path.exists(os.path.join(path, seg)):
+    if not env.exists(os.path.join(path, seg)):
         raise CorruptionError(f"{path}: WAL segment {seg}, which the manifest names as "
                               f"holding unflushed writes, is missing{why}; refusing to "
                               f"open, nothing was deleted")
     for f in (f for _, f in state.version.files() if f.tier == LOCAL):
         name = filenames.table_name(f.number)
-        if not os.path.exists(os.path.join(path, name)):
+        if not env.exists(os.path.join(path, name)):
             raise CorruptionError(f"table {name} is missing{why}")
     if (mirror is not None and state.mirror_gen and mirror["epoch"] == state.epoch
             and int(mirror["generation"]) > state.mirror_gen):
@@ -266,10 +266,10 @@ def check_recoverable(path: str, state: ManifestState, mirror: dict[str, Any] | 
             f"the directory away to reopen from the object store")
 
 
-def load_segment(path: str, number: int, table_number: int) -> tuple[Memtable, int]:
+def load_segment(env: Env, path: str, number: int, table_number: int) -> tuple[Memtable, int]:
     """A memtable holding the records of WAL segment ``number``, and the last sequence
     number in it (0 if none)."""
-    seg = read_segment(os.path.join(path, filenames.segment_name(number)))
+    seg = read_segment(os.path.join(path, filenames.segment_name(number)), env=env)
     mem = Memtable(number, table_number)
     last = 0
     for payload in seg.records:
@@ -279,7 +279,7 @@ def load_segment(path: str, number: int, table_number: int) -> tuple[Memtable, i
     return mem, last
 
 
-def remove_unreferenced(path: str, names: list[str], keep: set[str]) -> None:
+def remove_unreferenced(env: Env, path: str, names: list[str], keep: set[str]) -> None:
     """Delete the engine's files among ``names`` that are not in ``keep`` (dead tables,
     replayed segments, old manifests, leftover temporary files). Called once the new
     manifest is durable."""
@@ -287,7 +287,4 @@ def remove_unreferenced(path: str, names: list[str], keep: set[str]) -> None:
         if name in keep or name in (filenames.CURRENT, filenames.LOCK):
             continue
         if filenames.parse_name(name) or name.endswith(".tmp"):
-            try:
-                os.unlink(os.path.join(path, name))
-            except FileNotFoundError:
-                pass
+            env.remove_if_exists(os.path.join(path, name))

@@ -18,7 +18,7 @@ from typing import Callable
 
 from . import filenames
 from .cloud import CloudTier, WalObject
-from .env import fsync_dir, os_error
+from .env import POSIX, Env, os_error
 from .errors import CorruptionError
 from .version import LOCAL, FileMeta
 from .wal import HEADER_SIZE, WalWriter
@@ -57,7 +57,7 @@ def download_backups(cloud: CloudTier, path: str, files: list[tuple[int, FileMet
             total += size
             report("tables", i, len(todo))
     if todo:
-        fsync_dir(path)
+        POSIX.sync_dir(path)
     return total
 
 
@@ -83,7 +83,8 @@ def scan_wal(cloud: CloudTier, fence: int, known_fences: set[int],
     return out
 
 
-def write_segments(path: str, objects: list[WalObject], log_number: int) -> tuple[int, int]:
+def write_segments(env: Env, path: str, objects: list[WalObject],
+                   log_number: int) -> tuple[int, int]:
     """Write the records of ``objects`` of segments >= ``log_number`` back as local WAL
     segments; return (segments, record bytes). Each segment's objects must cover it from
     its start without a gap (they are shipped in order); anything else is corruption."""
@@ -104,10 +105,9 @@ def write_segments(path: str, objects: list[WalObject], log_number: int) -> tupl
                     f"records end (a WAL object is missing)")
             pos = obj.header["end"]
         target = os.path.join(path, filenames.segment_name(number))
-        if os.path.exists(target):
-            os.unlink(target)
         try:
-            w = WalWriter(path, number, h["table"], h["first_seq"])
+            env.remove_if_exists(target)
+            w = WalWriter(path, number, h["table"], h["first_seq"], env)
             try:
                 for obj in objs:
                     w.add_raw(obj.records)

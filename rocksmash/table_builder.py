@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 
 from .block import BlockBuilder, encode_stored
+from .env import POSIX, BufferedFile, Env
 from .bloom import build_filter, key_hash
 from .range_del import Tombstone, bounds, to_props
 from .table_format import FOOTER, FORMAT_PLAIN, FORMAT_VERSION, HANDLE, TABLE_MAGIC
@@ -57,9 +57,10 @@ class TableBuilder:
     """
 
     def __init__(self, path: str, *, block_size: int, compression: str,
-                 bloom_bits_per_key: int) -> None:
+                 bloom_bits_per_key: int, env: Env = POSIX) -> None:
         self.path = path
-        self._f = open(path, "wb", buffering=1 << 20)
+        self._env = env
+        self._f = BufferedFile(env.new_writable(path))
         self._offset = 0
         self._block_size = block_size
         self._compression = compression
@@ -166,16 +167,14 @@ class TableBuilder:
         self._f.write(FOOTER.pack(*HANDLE.unpack(filter_h), *HANDLE.unpack(index_h),
                                   *HANDLE.unpack(props_h), version, TABLE_MAGIC))
         self._offset += FOOTER.size
-        self._f.flush()
         if sync:
-            os.fsync(self._f.fileno())
+            self._f.sync()
+        else:
+            self._f.flush()
         self._f.close()
         return TableInfo(self.path, self._offset, smallest, largest, self.count,
                          self._min_seq, self._max_seq)
 
     def abandon(self) -> None:
         self._f.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self._env.remove_if_exists(self.path)

@@ -26,7 +26,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from .env import fsync_dir, write_all
+from .env import POSIX, Env, write_all
 from .errors import ClosedError, CorruptionError, NewerFormatError
 from .filenames import segment_name
 from .formats import WAL_FORMAT_VERSION as FORMAT_VERSION, WAL_MAGIC
@@ -51,25 +51,26 @@ class WalWriter:
     this process; :meth:`sync` (fdatasync) makes it survive the machine's.
     """
 
-    def __init__(self, dirpath: str, number: int, table_number: int, first_seq: int) -> None:
+    def __init__(self, dirpath: str, number: int, table_number: int, first_seq: int,
+                 env: Env = POSIX) -> None:
         self.number = number
         self.table_number = table_number
         self.first_seq = first_seq
         self.path = os.path.join(dirpath, segment_name(number))
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
-                           0o644)
+        self._file = env.new_writable(self.path, exclusive=True)
         try:
             head = _HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, number, table_number, first_seq)
-            write_all(self._fd, head + struct.pack("<I", zlib.crc32(head)))
-            os.fsync(self._fd)
-            fsync_dir(dirpath)
+            write_all(self._file, head + struct.pack("<I", zlib.crc32(head)))
+            self._file.sync()
+            env.sync_dir(dirpath)
         except BaseException:  # a full disk: leave no half-made segment behind
-            os.close(self._fd)
+            self._file.close()
             try:
-                os.unlink(self.path)
+                env.remove(self.path)
             except OSError:
                 pass
             raise
+        self._closed = False
         #: Bytes written so far (header included); :meth:`sync` makes them durable.
         self.offset = HEADER_SIZE
         self.synced = HEADER_SIZE
@@ -77,15 +78,15 @@ class WalWriter:
     def add(self, payload: bytes) -> int:
         """Append one record; return the offset just past it."""
         rec = encode_record(payload)
-        n = os.write(self._fd, rec)  # one syscall in the common case
+        n = self._file.write(rec)  # one syscall in the common case
         if n != len(rec):
-            write_all(self._fd, memoryview(rec)[n:])
+            write_all(self._file, memoryview(rec)[n:])
         self.offset += len(rec)
         return self.offset
 
     def add_raw(self, records: bytes) -> int:
         """Append already framed records (a restore from WAL objects)."""
-        write_all(self._fd, records)
+        write_all(self._file, records)
         self.offset += len(records)
         return self.offset
 
@@ -96,9 +97,9 @@ class WalWriter:
                             _U32.pack(len(value)), value))
         head = _U32.pack(len(payload))
         rec = b"".join((head, _U32.pack(crc32(payload, crc32(head))), payload))
-        n = os.write(self._fd, rec)
+        n = self._file.write(rec)
         if n != len(rec):
-            write_all(self._fd, memoryview(rec)[n:])
+            write_all(self._file, memoryview(rec)[n:])
         self.offset += len(rec)
         return self.offset
 
@@ -106,20 +107,19 @@ class WalWriter:
         """Make every record added so far durable."""
         upto = self.offset
         if self.synced < upto:
-            if self._fd < 0:
+            if self._closed:
                 raise ClosedError(f"{self.path}: WAL segment is closed")
-            os.fdatasync(self._fd)
+            self._file.sync()
             self.synced = upto
 
     def truncate(self) -> None:
         """Cut the file back to the end of the last record added (after a failed append
         left part of a record behind)."""
-        os.ftruncate(self._fd, self.offset)
+        self._file.truncate(self.offset)
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._closed = True
+        self._file.close()
 
 
 @dataclass
@@ -152,14 +152,17 @@ def _parse_header(data: bytes, name: str) -> tuple[int, int, int] | None:
     return number, table_number, first_seq
 
 
-def read_segment_header(path: str) -> Segment | None:
+def read_segment_header(path: str, env: Env = POSIX) -> Segment | None:
     """The header fields of a segment (records not read); None if it was cut short."""
-    with open(path, "rb") as f:
-        head = _parse_header(f.read(HEADER_SIZE), os.path.basename(path))
+    f = env.open_random(path)
+    try:
+        head = _parse_header(f.read(0, HEADER_SIZE), os.path.basename(path))
+    finally:
+        f.close()
     return None if head is None else Segment(*head, [], HEADER_SIZE, False)
 
 
-def read_segment(path: str, *, drop_damaged_tail: bool = False) -> Segment:
+def read_segment(path: str, *, drop_damaged_tail: bool = False, env: Env = POSIX) -> Segment:
     """Read a segment. A torn tail (the last record cut short by a crash mid-append: it
     was never complete, so never synced) is dropped and reported in ``torn``.
 
@@ -169,8 +172,7 @@ def read_segment(path: str, *, drop_damaged_tail: bool = False) -> Segment:
     A header cut short by a crash at creation (nothing after it was ever written) reads
     as an empty, torn segment.
     """
-    with open(path, "rb") as f:
-        data = f.read()
+    data = env.read_file(path)
     name = os.path.basename(path)
     head = _parse_header(data, name)
     if head is None:
