@@ -90,6 +90,14 @@ class OpenOptions(TypedDict, total=False):
     the foreground. False runs them on background threads of this process instead.
     Default: ``True``."""
 
+    env: Any
+    """Where local files live: None for the real file system, or a ``rocksmash.env.Env``
+    (``rocksmash.mem_env.MemEnv`` keeps them in memory and can simulate a power loss;
+    ``rocksmash.fault_env.FaultEnv`` fails chosen operations). With any env but the
+    default, jobs run on this process's threads (as with ``background_processes=False``)
+    so that every file operation goes through it. An in-memory env: local databases
+    only; read_only=True: the real file system only. Default: ``None``."""
+
     max_key_size: int | str
     """Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
     Default: ``'64KiB'``."""
@@ -225,6 +233,7 @@ HELP: dict[str, tuple[str, str]] = {
     'l0_compaction_trigger': ('4', 'L0 files that trigger a compaction, and the count at which writes stall.'),
     'l0_stop_writes_trigger': ('20', 'L0 files that trigger a compaction, and the count at which writes stall.'),
     'background_processes': ('True', 'Run flush and compaction in worker processes (one each), keeping the GIL free for the foreground. False runs them on background threads of this process instead.'),
+    'env': ('None', "Where local files live: None for the real file system, or a ``rocksmash.env.Env`` (``rocksmash.mem_env.MemEnv`` keeps them in memory and can simulate a power loss; ``rocksmash.fault_env.FaultEnv`` fails chosen operations). With any env but the default, jobs run on this process's threads (as with ``background_processes=False``) so that every file operation goes through it. An in-memory env: local databases only; read_only=True: the real file system only."),
     'max_key_size': ("'64KiB'", 'Limits on what a caller may store; larger keys/values raise InvalidArgumentError.'),
     'max_value_size': ("'64MiB'", 'Limits on what a caller may store; larger keys/values raise InvalidArgumentError.'),
     'create_if_missing': ('True', 'Create the database if the path holds none; refuse to open an existing one.'),

@@ -125,7 +125,7 @@ class Options:
     # ``rocksmash.fault_env.FaultEnv`` fails chosen operations). With any env but the
     # default, jobs run on this process's threads (as with ``background_processes=False``)
     # so that every file operation goes through it. An in-memory env: local databases
-    # only.
+    # only; read_only=True: the real file system only.
     env: Any = None
     # Limits on what a caller may store; larger keys/values raise InvalidArgumentError.
     max_key_size: int = _size(64 << 10)
@@ -264,9 +264,10 @@ class Options:
             if not isinstance(self.env, Env):
                 raise InvalidArgumentError(f"env: expected a rocksmash.env.Env, got "
                                            f"{type(self.env).__name__}")
-            if not self.env.real and (self.object_store is not None or self.read_only):
-                raise InvalidArgumentError("env: an in-memory or fault env is for local "
-                                           "databases opened for writing")
+            if self.read_only:
+                raise InvalidArgumentError("env: read_only=True reads the real file system")
+            if not self.env.real and self.object_store is not None:
+                raise InvalidArgumentError("env: an in-memory env is for local databases")
         if not isinstance(self.object_store_options, dict):
             raise InvalidArgumentError("object_store_options: expected a dict")
         if not 0 <= self.object_store_retries <= 100:

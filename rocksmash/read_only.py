@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from . import filenames
 from .db import DB, _open_dbs
+from .env import POSIX
 from .errors import CorruptionError, InvalidArgumentError, UnavailableError
 from .manifest import load_manifest
 from .memtable import Memtable
@@ -52,6 +53,7 @@ class ReadOnlyDB(DB):
         self.options = options
         self._closed = True
         self._forked = False
+        self._env = POSIX  # (a read-only view reads the real file system: options.env is None)
         if options.object_store is not None:
             raise InvalidArgumentError("read_only=True with object_store= is not supported "
                                        "yet (readers of a tiered database)")
