@@ -162,6 +162,8 @@ class Env:
         while not self.exists(path):
             missing.append(path)
             path = os.path.dirname(path)
+        if not self.is_dir(path):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
         for d in reversed(missing):
             self.mkdir(d)
             self.sync_dir(os.path.dirname(d))
