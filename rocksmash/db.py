@@ -1160,11 +1160,9 @@ class DB:
             self._cache.drop_table(f.table)
             if self._pub is not None:
                 self._pub.retire(f)
-            if f.tier == LOCAL:  # open readers keep their descriptors (POSIX)
-                try:
-                    os.unlink(os.path.join(self.path, filenames.table_name(f.number)))
-                except FileNotFoundError:
-                    pass
+            if f.tier == LOCAL:  # open readers keep reading it (POSIX, and MemEnv)
+                self._env.remove_if_exists(os.path.join(self.path,
+                                                        filenames.table_name(f.number)))
         if any(f.tier == LOCAL for f in outputs):
             self._backup_wanted = True
         self._fit_data_cache()
