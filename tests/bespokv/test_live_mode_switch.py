@@ -13,11 +13,10 @@ import contextlib
 import dataclasses
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-from writers import Writer
+from writers import Reader, Writer
 
 from bespokv.config import Tuning
 from bespokv.etcdserver import etcd_binary
@@ -33,41 +32,6 @@ if etcd_binary() is None:
 TUNING = Tuning(request_timeout=3.0, recovery_timeout=5.0, anti_entropy_interval=3600.0)
 WRITERS = 6
 CASES = [("ms-sc", "aa-sc", "memory", "cli"), ("aa-sc", "ms-sc", "rocksdb", "api")]
-
-
-class Reader:
-    """A thread reading preloaded keys in a loop; records every failed read and every
-    wrong answer."""
-
-    def __init__(self, client, expected: dict[bytes, bytes | None]) -> None:
-        self.client, self.expected = client, expected
-        self.failures: list[str] = []
-        self.reads = 0
-        self.stop = threading.Event()
-        self._t = threading.Thread(target=self._run)
-
-    def _run(self) -> None:
-        keys = list(self.expected)
-        i = 0
-        while not self.stop.is_set():
-            k = keys[i % len(keys)]
-            i += 7
-            try:
-                got = self.client.get(k)
-            except Exception as exc:  # a read that failed: what the switch must not cause
-                self.failures.append(f"{k!r}: {exc!r}")
-                continue
-            if got != self.expected[k]:
-                self.failures.append(f"{k!r}: {got!r}, expected {self.expected[k]!r}")
-            self.reads += 1
-
-    def __enter__(self) -> Reader:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._t.join(60)
 
 
 def _switch_by_api(cluster: LocalCluster, shard: int, to: str) -> None:

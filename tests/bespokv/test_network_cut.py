@@ -11,17 +11,13 @@ every write acknowledged on either side reads back."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-import grpc
 import pytest
-from writers import Writer
+from writers import SideWriter, Writer
 
 from bespokv.config import Tuning
 from bespokv.etcdserver import etcd_binary
-from bespokv.proto import bespokv_pb2 as pb
-from bespokv.proto import bespokv_pb2_grpc as pbg
 from bespokv.testing import LocalCluster, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.server, pytest.mark.timeout(240)]
@@ -31,44 +27,6 @@ if etcd_binary() is None:
 
 TUNING = Tuning(request_timeout=2.0, recovery_timeout=3.0)
 SIDE_KEYS = 20000
-
-
-class SideWriter:
-    """A thread writing ``keys`` (per shard, each once) straight to one node's real port
-    (a client on the cut-off side). Records each acknowledged write with the time it was
-    issued."""
-
-    def __init__(self, address: str, keys: dict[int, list[bytes]]) -> None:
-        self.address, self.keys = address, keys
-        self.acked: dict[bytes, tuple[bytes, float]] = {}
-        self.refused = 0
-        self.stop = threading.Event()
-        self._t = threading.Thread(target=self._run)
-
-    def _run(self) -> None:
-        with grpc.insecure_channel(self.address) as ch:
-            kv = pbg.KVStub(ch)
-            i = 0
-            while not self.stop.is_set() and i < min(len(v) for v in self.keys.values()):
-                for keys in self.keys.values():
-                    k = keys[i]
-                    v = b"side%d" % i
-                    issued = time.monotonic()
-                    try:
-                        kv.Put(pb.PutRequest(key=k, value=v), timeout=2.0)
-                    except grpc.RpcError:
-                        self.refused += 1
-                        continue
-                    self.acked[k] = (v, issued)
-                i += 1
-
-    def __enter__(self) -> SideWriter:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._t.join(60)
 
 
 def _map(client):
