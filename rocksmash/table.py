@@ -302,9 +302,14 @@ class Table:
             blk = self._load(i)
             return blk if self.cache is None else self.cache.insert(self, i, blk, miss=miss)
         finally:
-            with _LOADING_LOCK:
+            self._release(w, done)
+
+    def _release(self, w: int, done: Event) -> None:
+        """End window ``w``'s fetch: forget it and wake its waiters."""
+        with _LOADING_LOCK:
+            if self.loading.get(w) is done:
                 del self.loading[w]
-            done.set()
+        done.set()
 
     def prefetch_block(self, i: int) -> Any:
         """Start fetching block ``i``'s window in the background (into the block cache)
@@ -321,12 +326,17 @@ class Table:
                 return None
             done = self.loading[w] = Event()
         try:
-            return self.prefetch(self._fill, i, w, done, False)
+            fut = self.prefetch(self._fill, i, w, done, False)
         except RuntimeError:  # the executor was shut down: the database is closing
-            with _LOADING_LOCK:
-                del self.loading[w]
-            done.set()
+            self._release(w, done)
             return None
+        # A fetch cancelled before it ran (the tier closing) must still wake its waiters.
+        def on_done(f: Any) -> None:
+            if f.cancelled():
+                self._release(w, done)
+
+        fut.add_done_callback(on_done)
+        return fut
 
     def _read_ahead(self, i: int, step: int, stop: int) -> None:
         """A scan is at block ``i`` going ``step`` (+1/-1) towards block ``stop`` (its

@@ -164,3 +164,18 @@ def test_no_fetch_threads_still_reads_everything(tmp_path):
         db.compact_range()
         assert db.multi_get(keys[::100]) == keys[::100]
         assert [k for k, _ in db.scan(keys[10], keys[2000])] == keys[10:2000]
+
+
+def test_a_prefetch_cancelled_before_it_ran_wakes_its_waiters(gated):
+    """(The cloud tier cancels queued fetches when it closes.)"""
+    from concurrent.futures import Future
+
+    db, gate, keys = gated
+    t = next(f.table for _, f in db._version.files())
+    queued: list[Future] = []
+    t.prefetch = lambda *args: queued.append(Future()) or queued[-1]  # never runs them
+    assert t.prefetch_block(3) is queued[0]
+    (done,) = t.loading.values()
+    assert not done.is_set()
+    queued[0].cancel()
+    assert done.is_set() and not t.loading
