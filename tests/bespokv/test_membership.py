@@ -15,8 +15,12 @@ from __future__ import annotations
 import pytest
 from writers import Writer
 
+import asyncio
+import dataclasses
+
 from bespokv import membership
 from bespokv.config import Tuning
+from bespokv.etcd_coordinator import EtcdCoordinator
 from bespokv.etcdserver import etcd_binary
 from bespokv.testing import LocalCluster, wait_until
 
@@ -41,6 +45,59 @@ def test_plan_add_takes_an_even_share_from_the_most_loaded_nodes():
     assert all(s != 3 for s, _ in membership.plan_add(ShardMap(shards, nodes), "n4"))
     with pytest.raises(Exception, match="active-active"):
         membership.plan_remove(ShardMap(shards, nodes), "n2")
+
+
+def test_a_move_whose_target_dies_is_cancelled_and_its_freeze_lifted(tmp_path):
+    """A move's target that dies mid-move (here: a stand-in holding node n9's lease, with
+    the shard frozen as step 2 leaves it) must not leave the shard refusing writes: its
+    replicas clear the move and the freeze once the lease expires."""
+    from bespokv.errors import OverloadedError
+    from bespokv.proto import bespokv_pb2 as pb
+
+    with LocalCluster(3, replicas=3, shards=2, mode="ms-sc", tuning=TUNING, etcd=1, dir=str(tmp_path)) as cluster:
+        client = cluster.client(retries=2, timeout=5.0)
+        try:
+            with cluster.driver() as (loop, coord, peers):
+                loop.run_until_complete(coord.change_nodes(add={"n9": "127.0.0.1:9"}))
+                ghost = EtcdCoordinator(cluster.config, cluster.config.etcd, node_id="n9", lease_ttl=1.0)
+                loop.run_until_complete(ghost.start())
+
+                async def views() -> list[pb.ShardMapResponse]:
+                    return [await peers.admin(n).ShardMap(pb.ShardMapRequest(), timeout=2.0, metadata=peers.metadata)
+                            for n in ("n1", "n2", "n3")]
+
+                def seen_alive() -> bool:
+                    return all("n9" in {x.id for x in v.nodes} and "n9" not in v.down
+                               for v in loop.run_until_complete(views()))
+
+                wait_until(seen_alive, 30, "every node seeing n9 alive")
+                donor = coord.shard_map().shard(0).replicas[1]
+                loop.run_until_complete(coord.change_shard(
+                    0, lambda s: dataclasses.replace(s, move=("n9", donor), frozen=True)))
+                smap = client.refresh_map()
+                k0 = next(b"k%d" % i for i in range(1000) if smap.shard_for(b"k%d" % i) == 0)
+                with pytest.raises(OverloadedError):
+                    client.put(k0, b"refused")
+                loop.run_until_complete(ghost.stop())  # its lease goes: the target is dead
+
+                def cancelled() -> bool:
+                    loop.run_until_complete(asyncio.sleep(0.05))  # the driver's watch runs on its loop
+                    s = coord.shard_map().shard(0)
+                    return s.move is None and not s.frozen
+
+                wait_until(cancelled, 30, "the move and its freeze cleared")
+                assert donor in coord.shard_map().shard(0).replicas
+                wait_until(lambda: _put(client, k0), 30, "a write on shard 0 again")
+        finally:
+            client.close()
+
+
+def _put(client, key: bytes) -> bool:
+    try:
+        client.put(key, b"again")
+        return True
+    except Exception:  # the clearing may still be on its way to the node
+        return False
 
 
 def _holds(client, node, acked) -> bool:
