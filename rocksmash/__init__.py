@@ -25,11 +25,12 @@ from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidAr
                      UnavailableError)
 from .open_options import HELP, OpenOptions
 from .options import Options, parse_size
+from .bucket_reader import BucketReader
 from .read_only import ReadOnlyDB
 from .write_batch import WriteBatch
 
 __all__ = [
-    "open", "DB", "ReadOnlyDB", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
+    "open", "DB", "ReadOnlyDB", "BucketReader", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
     "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
 ]
@@ -51,11 +52,15 @@ def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  #
     One process at a time may open a database for writing (a lock file); in it, the
     :class:`DB` is safe to use from any number of threads. ``read_only=True`` opens a
     point-in-time view that takes no lock (:class:`ReadOnlyDB`): any number of them may
-    be open beside the writer. A ``fork`` child must not use a database its
+    be open beside the writer. With ``object_store=`` as well, it opens a
+    :class:`BucketReader` from the bucket alone, which follows the writer; ``path`` is
+    then the reader's own directory, for its caches. A ``fork`` child must not use a database its
     parent opened (it is disabled there): open it in the child.
     """
     opts = Options.from_kwargs(**options)
     if opts.read_only:
+        if opts.object_store is not None:
+            return BucketReader(path, opts)
         return ReadOnlyDB(path, opts)
     for attempt in range(_OPEN_ATTEMPTS):
         try:

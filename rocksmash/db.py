@@ -269,7 +269,8 @@ class DB:
                                 DataCache(os.path.join(self.path, "cloud-cache"), 1 << 62,
                                           segment_size=4 << 20))
             self._pub = Publication(self._cloud, self.path, self._data_cache,
-                                    self._meta_cache, self._stats, self._shipping != "off")
+                                    self._meta_cache, self._stats, self._shipping != "off",
+                                    opts.retired_object_grace)
 
     def _recover(self) -> None:
         """Recover (recovery.py), then open the tables, start a new WAL segment and a

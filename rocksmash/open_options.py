@@ -138,6 +138,18 @@ class OpenOptions(TypedDict, total=False):
     healthy engine stalls for well under a second; a minute means something is wrong.
     Default: ``'60s'``."""
 
+    retired_object_grace: float | str
+    """How long the objects of tables a compaction retired (and the backups of local tables
+    that left the version) stay in the bucket before the writer deletes them, so that
+    readers of the bucket still on an older mirror can finish their reads. Objects still
+    in their grace when the writer closes are deleted at its next open. Default:
+    ``'60s'``."""
+
+    reader_refresh_interval: float | str
+    """A reader of a tiered database (read_only=True with object_store=; bucket_reader.py)
+    checks the bucket for the writer's new mirror and WAL objects this often (two LIST
+    requests each time). 0: only when its refresh() is called. Default: ``'1s'``."""
+
     object_store: Any
     """Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``,
     ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``. Default:
@@ -242,6 +254,8 @@ HELP: dict[str, tuple[str, str]] = {
     'recovery_processes': ('0', 'Worker processes replaying WAL segments at open, in parallel (each segment becomes its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory. Ignored with background_processes=False (then segments replay one at a time).'),
     'wal_recovery': ("'strict'", 'What recovery does with a WAL segment whose last record is complete but fails its checksum. No crash of the writing process leaves that (a crash leaves a record cut short, which is always dropped), so it may be a synced, acknowledged write that was damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.'),
     'stall_timeout': ("'60s'", 'A write blocked longer than this (memtables and L0 full because flush or compaction cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A healthy engine stalls for well under a second; a minute means something is wrong.'),
+    'retired_object_grace': ("'60s'", 'How long the objects of tables a compaction retired (and the backups of local tables that left the version) stay in the bucket before the writer deletes them, so that readers of the bucket still on an older mirror can finish their reads. Objects still in their grace when the writer closes are deleted at its next open.'),
+    'reader_refresh_interval': ("'1s'", "A reader of a tiered database (read_only=True with object_store=; bucket_reader.py) checks the bucket for the writer's new mirror and WAL objects this often (two LIST requests each time). 0: only when its refresh() is called."),
     'object_store': ('None', 'Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``, ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``.'),
     'object_store_options': ('{}', 'Keyword options for ``cloudtier.open_store`` (endpoint_url, region, credentials...).'),
     'object_store_retries': ('5', 'Attempts after the first for a failed object-store request (with backoff, jitter).'),

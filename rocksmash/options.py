@@ -150,6 +150,16 @@ class Options:
     # healthy engine stalls for well under a second; a minute means something is wrong.
     stall_timeout: float = _duration(60.0)
 
+    # How long the objects of tables a compaction retired (and the backups of local tables
+    # that left the version) stay in the bucket before the writer deletes them, so that
+    # readers of the bucket still on an older mirror can finish their reads. Objects still
+    # in their grace when the writer closes are deleted at its next open.
+    retired_object_grace: float = _duration(60.0)
+    # A reader of a tiered database (read_only=True with object_store=; bucket_reader.py)
+    # checks the bucket for the writer's new mirror and WAL objects this often (two LIST
+    # requests each time). 0: only when its refresh() is called.
+    reader_refresh_interval: float = _duration(1.0)
+
     # --- the cloud tier (all ignored without ``object_store``) ---
     # Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``,
     # ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``.

@@ -9,6 +9,9 @@ hold every later write (decision 0006). It then deletes what only older mirrors 
 - objects of retired cloud tables, once no reader holds their table (an open iterator
   may still read an old version);
 - backups of local tables that left the version, after the next publish;
+
+both no sooner than ``retired_object_grace`` after they left the version, so that readers
+of the bucket on an older mirror (bucket_reader.py) can finish what they read;
 - WAL objects of segments below the published ``log_number``;
 - at open, after the first publish, every table object no version names (a crashed
   compaction's uploads, a fenced writer's).
@@ -17,6 +20,7 @@ hold every later write (decision 0006). It then deletes what only older mirrors 
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -44,21 +48,24 @@ def _key(number: int, epoch: int) -> str:
 
 class Publication:
     def __init__(self, cloud: CloudTier, path: str, data_cache: "DataCache",
-                 meta_cache: "MetaCache", stats: dict[str, Any], backups: bool) -> None:
+                 meta_cache: "MetaCache", stats: dict[str, Any], backups: bool,
+                 grace: float = 0.0) -> None:
         self.cloud = cloud
         self.path = path
         self.backups_on = backups
         self._dc = data_cache
         self._mc = meta_cache
         self._stats = stats
+        self._grace = grace
         #: The WAL shipper, once there is one (its objects are retired here).
         self.shipper: WalShipper | None = None
         #: Local tables with a backup object: number -> the epoch in its key.
         self.backups: dict[int, int] = {}
         #: Backups of tables no longer live: (key, number), deleted after the next publish.
         self._retired_backups: list[tuple[str, int]] = []
-        #: Objects to delete once nothing reads them: (key, table number, weakref to reader).
-        self.dead: list[tuple[str, int, Callable[[], Any]]] = []
+        #: Objects to delete once nothing reads them and their grace is over: (key, table
+        #: number, weakref to the reader, monotonic time from which it may go).
+        self.dead: list[tuple[str, int, Callable[[], Any], float]] = []
         #: WAL objects of segments below this are named by no mirror any more.
         self._wal_below = 0
 
@@ -72,7 +79,8 @@ class Publication:
                                   next_file=next_file,
                                   log_number=log_number if self.backups_on else None)
         retired, self._retired_backups = self._retired_backups, []
-        self.dead += [(key, n, _no_reader) for key, n in retired]
+        after = time.monotonic() + self._grace
+        self.dead += [(key, n, _no_reader, after) for key, n in retired]
         if self.backups_on:
             self._wal_below = log_number
 
@@ -119,32 +127,36 @@ class Publication:
         backup goes after the next publish."""
         if f.tier == CLOUD:
             self._dc.drop_table(f.number)
-            self.dead.append((f.object_key, f.number, weakref.ref(f.table)))
+            self.dead.append((f.object_key, f.number, weakref.ref(f.table),
+                              time.monotonic() + self._grace))
             return
         epoch = self.backups.pop(f.number, None)
         if epoch is not None:
             self._retired_backups.append((_key(f.number, epoch), f.number))
 
     def collect(self, force: bool = False) -> None:
-        """Delete what no mirror names any more: dead objects no reader holds (all of
-        them with ``force``), and WAL objects of segments in tables."""
+        """Delete what no mirror names any more: dead objects past their grace that no
+        reader holds (with ``force``, held ones too: the database is closing), and WAL
+        objects of segments in tables."""
         shipper = self.shipper
         if shipper is not None and self._wal_below:
             old = shipper.covered(self._wal_below)
             if old:
                 shipper.forget(self.cloud.delete_wal(old))
         keep = []
-        for key, number, ref in self.dead:
-            if force or ref() is None:
+        now = time.monotonic()
+        for entry in self.dead:
+            key, number, ref, after = entry
+            if now >= after and (force or ref() is None):
                 try:
                     self.cloud.delete(key)
                 except Error:
-                    keep.append((key, number, ref))  # retry later
+                    keep.append(entry)  # retry later
                     continue
                 self._dc.drop_table(number)
                 self._mc.delete(number)
             else:
-                keep.append((key, number, ref))
+                keep.append(entry)
         self.dead = keep
 
     def collect_garbage(self, v: Version) -> None:

@@ -14,9 +14,9 @@ is held by an open descriptor, so the writer's deletions do not disturb the view
 record the writer is appending at that moment reads as a torn tail and is not part of
 the view (it was not acknowledged before the open).
 
-Every write method (``put``, ``write``, ``delete``, ``delete_range`` and those built on them, ``flush``,
-``compact_range``, ``checkpoint``) raises InvalidArgumentError. Tiered databases
-(``object_store=``) cannot be opened read-only here yet (issue 14: readers from the bucket).
+Every write method (``put``, ``write``, ``delete``, ``delete_range`` and those built on
+them, ``flush``, ``compact_range``, ``checkpoint``) raises InvalidArgumentError. A tiered
+database is read from its bucket instead (``object_store=`` too: bucket_reader.py).
 """
 
 from __future__ import annotations

@@ -83,17 +83,15 @@ def scan_wal(cloud: CloudTier, fence: int, known_fences: set[int],
     return out
 
 
-def write_segments(env: Env, path: str, objects: list[WalObject],
-                   log_number: int) -> tuple[int, int]:
-    """Write the records of ``objects`` of segments >= ``log_number`` back as local WAL
-    segments; return (segments, record bytes). Each segment's objects must cover it from
-    its start without a gap (they are shipped in order); anything else is corruption."""
+def group_segments(objects: list[WalObject], log_number: int) -> dict[int, list[WalObject]]:
+    """The objects of segments >= ``log_number``, by segment number. Each segment's
+    objects must cover it from its start without a gap (they are shipped in order);
+    anything else is CorruptionError."""
     by_segment: dict[int, list[WalObject]] = {}
     for obj in objects:
         if obj.segment >= log_number:
             by_segment.setdefault(obj.segment, []).append(obj)
-    written = 0
-    for number, objs in sorted(by_segment.items()):
+    for number, objs in by_segment.items():
         h = objs[0].header
         pos = HEADER_SIZE
         for obj in objs:
@@ -104,6 +102,18 @@ def write_segments(env: Env, path: str, objects: list[WalObject],
                     f"byte {obj.header['offset']}, not {pos} where the segment's shipped "
                     f"records end (a WAL object is missing)")
             pos = obj.header["end"]
+    return by_segment
+
+
+def write_segments(env: Env, path: str, objects: list[WalObject],
+                   log_number: int) -> tuple[int, int]:
+    """Write the records of ``objects`` of segments >= ``log_number`` back as local WAL
+    segments (see :func:`group_segments`); return (segments, record bytes)."""
+    by_segment = group_segments(objects, log_number)
+    written = 0
+    for number, objs in sorted(by_segment.items()):
+        h = objs[0].header
+        pos = objs[-1].header["end"]
         target = os.path.join(path, filenames.segment_name(number))
         try:
             env.remove_if_exists(target)
