@@ -46,6 +46,7 @@ from .errors import CorruptionError, Error, InvalidArgumentError, UnavailableErr
 from .log_format import CLEAN, read_records
 from .memtable import Memtable
 from .options import Options
+from .range_del import RangeEnd
 from .read_only import ReadOnlyDB
 from .table import Table
 from .version import CLOUD, Version
@@ -206,6 +207,8 @@ class BucketReader(ReadOnlyDB):
                 break
             with self._lock:
                 for seq, ops in batches:
+                    if any(isinstance(v, RangeEnd) for _, v in ops):
+                        self._ranged = True  # before the new seq is published (see get)
                     self._mem.put_batch(ops, seq, self._keep_upto)
                     self._next_seq = seq + len(ops)
                 self._seq = max(self._seq, self._next_seq - 1)  # publish: all or nothing
@@ -249,8 +252,10 @@ class BucketReader(ReadOnlyDB):
                 return False  # a snapshot appeared meanwhile: next time
             self._view_gen += 1  # odd: gets in flight will read again
             self._seq = max(self._seq, last)
+            self._ranged = True  # (the gets of the swap read the new view's ranges)
             self._version = version
             self._mem = mem
+            self._ranged = self._has_ranges()
             self._next_seq = next_seq
             self._view_gen += 1
         self._tables = tables

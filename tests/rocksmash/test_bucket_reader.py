@@ -127,6 +127,7 @@ _keys = st.sampled_from([b"k%02d" % i for i in range(30)])
 _ops = st.lists(st.one_of(
     st.tuples(st.just("put"), _keys, st.binary(min_size=0, max_size=400)),
     st.tuples(st.just("delete"), _keys, st.none()),
+    st.tuples(st.just("delete_range"), _keys, _keys),
     st.tuples(st.just("flush"), st.none(), st.none()),
     st.tuples(st.just("compact"), st.none(), st.none()),
     st.tuples(st.just("refresh"), st.none(), st.none()),
@@ -153,6 +154,11 @@ def test_model_reader_matches_the_writer(tmp_path, ops_):
                 elif op == "delete":
                     w.delete(k, sync=True)
                     model.pop(k, None)
+                elif op == "delete_range":
+                    k, v = min(k, v), max(k, v)
+                    w.delete_range(k, v, sync=True)
+                    for key in [key for key in model if k <= key < v]:
+                        del model[key]
                 elif op == "flush":
                     w.flush()
                 elif op == "compact":
