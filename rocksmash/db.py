@@ -278,12 +278,14 @@ class DB:
         references any more."""
         cloud = self._cloud
         found = recover(self._env, self.path, self.options, cloud, self._pub, self._stats,
-                        self._job_opts, self._flush_worker, self._progress)
+                        self._job_opts, self._flush_worker, self._progress,
+                        self._open_table)
         self._fresh = found.fresh
         self.db_id = found.db_id
         levels, restored, last_seq = found.levels, found.restored, found.last_seq
         for f in (f for lvl in levels for f in lvl):
-            f.table = self._open_table(f)
+            if f.table is None:  # (recover opened the replayed ones already)
+                f.table = self._open_table(f)
         version = Version(levels)
         self._version = version
         self._seq = last_seq

@@ -127,6 +127,7 @@ class Publication:
         backup goes after the next publish."""
         if f.tier == CLOUD:
             self._dc.drop_table(f.number)
+            self._mc.delete(f.number)  # (a reader holding the table has its metadata)
             self.dead.append((f.object_key, f.number, weakref.ref(f.table),
                               time.monotonic() + self._grace))
             return

@@ -69,7 +69,8 @@ class Recovered:
 
 def recover(env: Env, path: str, options: Options, cloud: CloudTier | None, pub: Publication | None,
             stats: dict[str, Any], job_opts: dict[str, Any], flush_worker: WorkerPool | None,
-            progress: Progress | None = None) -> Recovered:
+            progress: Progress | None = None,
+            open_table: Callable[[FileMeta], Any] | None = None) -> Recovered:
     """Load the manifest, replay leftover WAL segments into L0 tables, and return the
     state to open with (``stats`` is updated with what was done).
 
@@ -153,7 +154,8 @@ def recover(env: Env, path: str, options: Options, cloud: CloudTier | None, pub:
             found.last_seq = max(found.last_seq, seg_last)
         stats["restored_memtables"] = len(found.restored)
     else:
-        _replay_into(found, env, path, headers, options, stats, job_opts, flush_worker)
+        _replay_into(found, env, path, headers, options, stats, job_opts, flush_worker,
+                     open_table)
     stats["recovery_seconds"] = time.monotonic() - started
     return found
 
@@ -188,25 +190,40 @@ def _claim_bucket(path: str, state: ManifestState | None, cloud: CloudTier,
 
 def _replay_into(found: Recovered, env: Env, path: str, headers: list[Any], options: Options,
                  stats: dict[str, Any], job_opts: dict[str, Any],
-                 flush_worker: WorkerPool | None) -> None:
-    """Replay the segments of ``headers`` into L0 tables of ``found``."""
+                 flush_worker: WorkerPool | None,
+                 open_table: Callable[[FileMeta], Any] | None) -> None:
+    """Replay the segments of ``headers`` into L0 tables of ``found``. Each new table is
+    opened with ``open_table`` (if given) as soon as its replay ends, while the other
+    replays still run, so the open does not read them all one after another at the end."""
     tasks = [{"segment_path": os.path.join(path, filenames.segment_name(h.number)),
               "table_path": os.path.join(path, filenames.table_name(h.table_number)),
               "opts": job_opts, "snapshots": [],
               "drop_damaged_tail": options.wal_recovery == "drop_corrupt_tail"}
              for h in headers]
+    numbers = {t["table_path"]: h.table_number for t, h in zip(tasks, headers)}
+
+    def opened(t: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        info: TableInfo | None = result["table"]
+        if info is not None:
+            result["file"] = f = FileMeta(numbers[t["table_path"]], info.size, info.smallest,
+                                          info.largest, info.min_seq, info.max_seq)
+            if open_table is not None:
+                f.table = open_table(f)
+        return result
+
     if flush_worker is None or len(tasks) <= 1:
         def run(t: dict[str, Any]) -> Any:
             if flush_worker is None:
-                return JOBS["flush_segment"](env=env, **t)
-            return flush_worker.call("flush_segment", **t)
+                return opened(t, JOBS["flush_segment"](env=env, **t))
+            return opened(t, flush_worker.call("flush_segment", **t))
         results = replay_segments(tasks, run, 1)
     else:
         n = min(len(tasks), options.recovery_processes or max(2, os.cpu_count() or 1))
         pool = WorkerPool(n)  # its own processes, so the option holds whatever else runs
         stats["recovery_processes"] = n
         try:
-            results = replay_segments(tasks, lambda t: pool.call("flush_segment", **t), n)
+            results = replay_segments(
+                tasks, lambda t: opened(t, pool.call("flush_segment", **t)), n)
         finally:
             pool.stop()
     torn_before: int | None = None  # a segment that lost its tail, then writes after it
@@ -219,13 +236,14 @@ def _replay_into(found: Recovered, env: Env, path: str, headers: list[Any], opti
             # earlier segment first), and applying it would resurrect writes that came
             # after lost ones. Drop it like the torn tail before it.
             stats["segments_dropped_after_torn"] += 1
+            if result["file"].table is not None:
+                result["file"].table.close()
             continue
         if result["torn"]:
             torn_before = header.number
         found.last_seq = max(found.last_seq, result["last_seq"])
         if info is not None:
-            found.levels[0].append(FileMeta(header.table_number, info.size, info.smallest,
-                                            info.largest, info.min_seq, info.max_seq))
+            found.levels[0].append(result["file"])
 
 
 def replay_segments(tasks: list[dict[str, Any]], run: Callable[[dict[str, Any]], Any],
