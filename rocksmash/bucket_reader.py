@@ -96,8 +96,9 @@ class BucketReader(ReadOnlyDB):
         self._mem = Memtable(0, 0)
         self._imm: list[Memtable] = []
         self._seq = 0
-        #: The sequence number the next WAL record applied must start with.
-        self._next_seq = 1
+        #: The sequence number the next WAL record applied must start with (None: that of
+        #: the first record of the mirror's log_number segment, not read yet).
+        self._next_seq: int | None = None
         try:
             self.refresh()
             if not self._generation:
@@ -185,6 +186,11 @@ class BucketReader(ReadOnlyDB):
         for number in sorted({o.segment for o in self._wal_objects.values()}):
             if number < log_number:
                 continue
+            if not out and number != log_number:
+                # The writer writes into its oldest unflushed segment (the mirror's
+                # log_number) before any later one; if that segment's objects are gone,
+                # a newer mirror covers them.
+                return out
             pos = HEADER_SIZE
             for obj in sorted((o for o in self._wal_objects.values() if o.segment == number),
                               key=lambda o: o.header["offset"]):
@@ -199,6 +205,8 @@ class BucketReader(ReadOnlyDB):
         todo = [o for o in self._segments(self._log_number) if o.number not in self._applied]
         for obj in todo:
             batches = _batches(obj)
+            if self._next_seq is None:  # the first records after the view's tables
+                self._next_seq = int(obj.header["first_seq"])
             if not _continues(batches, self._next_seq):
                 # Records in between are missing: the writer deleted their WAL objects
                 # (their tables are in a mirror this view has not moved to). Applying
@@ -230,7 +238,8 @@ class BucketReader(ReadOnlyDB):
             levels[lvl].append(g)
         mem = Memtable(0, 0)
         objects = self._segments(log_number)
-        # The tables hold every write before the first segment after them.
+        # The tables hold every write before the first segment after them. (The tables'
+        # own max_seq may be lower: compaction drops tombstones of absent keys.)
         next_seq = int(objects[0].header["first_seq"]) if objects else None
         applied = []
         for obj in objects:
@@ -242,9 +251,7 @@ class BucketReader(ReadOnlyDB):
                 next_seq = seq + len(ops)
             applied.append(obj.number)
         table_seq = max((f.max_seq for _, f in files), default=0)
-        if next_seq is None:
-            next_seq = table_seq + 1
-        last = max(table_seq, next_seq - 1)
+        last = table_seq if next_seq is None else max(table_seq, next_seq - 1)
         version = Version(levels)
         with self._lock:
             if self._generation and self._live_snapshots():
