@@ -6,7 +6,7 @@ whose replica sets change move, one replica at a time, while clients go on readi
 writing every shard:
 
 * **add**: one CAS puts the node into the map (``nodes/<id>``); the node starts and holds
-  its lease; then, while some node holds more master-slave replicas than the even share
+  its lease; then, while some node holds more replicas than the even share
   (``ceil(replicas x shards / nodes)``), one of its replicas moves to the new node.
 * **remove**: each replica of the node moves to the node with the fewest replicas that
   does not replicate that shard yet; then one CAS takes the node out of the map.
@@ -26,9 +26,15 @@ the shard by CAS; node T runs :func:`take_over`, which the map tells it to):
 
 A failure in 2 or 3 lifts the freeze; T retries the move from 1 while the map still asks
 for it. If T dies (its lease expires), the shard's other replicas clear the move and any
-freeze it left, and the driver reports the move as cancelled. Active-active shards are not moved (their new replica would first have to merge
-every other one's versions): ``node add`` leaves them where they are, and ``node remove``
-refuses a node that replicates one (switch the shard to ms-sc first: ``bespokv mode``).
+freeze it left, and the driver reports the move as cancelled.
+
+Active-active shards move the same way, except that step 1 and the pull of step 2 are
+merges: T empties its replica and merges every replica's versioned values (``Peer.Export``,
+tombstones included, newest version wins; every replica must answer, since an aa-ec write
+may be on one replica only), once online and once more under the freeze. Writes
+acknowledged in the moment between the swap and T's controlet opening reach T by the
+other replicas' pushes or anti-entropy (aa-ec reads are eventually consistent anyway; an
+aa-sc write is on a majority).
 """
 
 from __future__ import annotations
@@ -40,14 +46,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from bespokv import representation, versioned
 from bespokv.config import Tuning
 from bespokv.controlets.catchup import pull
-from bespokv.controlets.replstore import ReplicatedStore
+from bespokv.controlets.replstore import FORMAT_KEY, ReplicatedStore
 from bespokv.coordinator import Coordinator
 from bespokv.datalets.worker import DataletWorker
-from bespokv.errors import InvalidArgumentError, UnavailableError, UnsupportedError
+from bespokv.errors import InvalidArgumentError, UnavailableError
 from bespokv.modeswitch import freeze, thaw, wait_drained
 from bespokv.peers import PeerPool
+from bespokv.proto import bespokv_pb2 as pb
 from bespokv.rejoin import source_of
 from bespokv.shardmap import ShardInfo, ShardMap
 
@@ -58,6 +66,8 @@ log = logging.getLogger(__name__)
 MASTER_SLAVE = ("ms-sc", "ms-ec")
 #: Seconds a drain (step 2) may take before the move lifts the freeze and starts over.
 DRAIN_TIMEOUT = 10.0
+#: Seconds one replica's export may stream (active-active moves).
+EXPORT_TIMEOUT = 60.0
 
 
 async def take_over(
@@ -68,27 +78,37 @@ async def take_over(
     shard: int,
     worker: Callable[[], DataletWorker],
     tuning: Tuning,
+    observe: Callable[[int], None] = lambda ts: None,
 ) -> bool:
     """Steps 1-3 (module doc) on node ``me``, the move's target. True once ``me`` has
-    taken the donor's place; False when the map no longer asks for the move."""
+    taken the donor's place; False when the map no longer asks for the move.
+    ``observe(ts)``: the node's clock sees the newest version merged (active-active)."""
     info = coordinator.shard_map().shard(shard)
     if info.move is None or info.move[0] != me or me in info.replicas:
         return False
     donor = info.move[1]
     # A frozen shard with a move is this move's own earlier attempt: a mode switch does not
     # start on a moving shard, and a move is not asked for on a frozen one.
-    source = source_of(info)
-    store = ReplicatedStore(worker(), tuning)
-    await store.begin_copy()
-    await pull(store, peers, shard, source, me)  # 1: the full copy, online
-    await pull(store, peers, shard, source, me)  # what was written meanwhile
+    master_slave = info.mode in MASTER_SLAVE
+    w = worker()
+    store = ReplicatedStore(w, tuning)
+    if master_slave:
+        await store.begin_copy()
+        await pull(store, peers, shard, source_of(info), me)  # 1: the full copy, online
+        await pull(store, peers, shard, source_of(info), me)  # what was written meanwhile
+    else:
+        await w.clear()
+        await _merge_replicas(peers, info, w, observe)  # 1: every replica's versions, online
     await coordinator.change_shard(shard, freeze)  # 2
     frozen = coordinator.shard_map().shard(shard)
     try:
         if frozen.move != (me, donor) or not frozen.frozen:
             raise UnavailableError(f"shard {shard} changed while {me} copied it")
         await wait_drained(peers, frozen, time.monotonic() + DRAIN_TIMEOUT)
-        await pull(store, peers, shard, source_of(frozen), me)  # exact now
+        if master_slave:
+            await pull(store, peers, shard, source_of(frozen), me)  # exact now
+        else:  # newest version wins, so a second full pass adds what came meanwhile
+            await _merge_replicas(peers, frozen, w, observe)
 
         def swap(s: ShardInfo) -> ShardInfo | None:
             if s != frozen:
@@ -109,6 +129,24 @@ async def take_over(
     return True
 
 
+async def _merge_replicas(
+    peers: PeerPool, info: ShardInfo, w: DataletWorker, observe: Callable[[int], None]
+) -> None:
+    """Merge every replica's versioned values (``Peer.Export``, tombstones included) into
+    ``w``, newest version winning. Every replica must answer: an aa-ec write may be on one
+    replica only."""
+    for node in info.replicas:
+        call = peers.peer(node).Export(
+            pb.ExportRequest(shard=info.id), timeout=EXPORT_TIMEOUT, metadata=peers.metadata
+        )
+        async for chunk in call:
+            pairs = [(kv.key, kv.value) for kv in chunk.pairs]
+            if pairs:
+                observe(max(versioned.version_of(v)[0] for _, v in pairs))
+            await w.run(representation.merge_newer, w.inner, pairs)
+    await w.write([(FORMAT_KEY, representation.VERSIONED)])
+
+
 def _load(smap: ShardMap) -> Counter[str]:
     load: Counter[str] = Counter({n: 0 for n in smap.nodes})
     for s in smap.shards.values():
@@ -118,7 +156,7 @@ def _load(smap: ShardMap) -> Counter[str]:
 
 def plan_add(smap: ShardMap, node: str) -> list[tuple[int, str]]:
     """``(shard, donor)`` moves that give ``node`` its even share (``floor(replicas x shards
-    / nodes)``) of master-slave replicas, each taken from the most loaded node at the time
+    / nodes)``) of replicas, each taken from the most loaded node at the time
     (a non-head before a head), only from nodes holding at least two more than it."""
     load = _load(smap)
     total = sum(len(s.replicas) for s in smap.shards.values())
@@ -129,7 +167,7 @@ def plan_add(smap: ShardMap, node: str) -> list[tuple[int, str]]:
         candidates = [
             (load[r], i != 0, s.id, r)
             for s in smap.shards.values()
-            if s.mode in MASTER_SLAVE and s.id not in mine and s.move is None
+            if s.id not in mine and s.move is None
             for i, r in enumerate(s.replicas)
             if load[r] >= load[node] + 2
         ]
@@ -145,19 +183,14 @@ def plan_add(smap: ShardMap, node: str) -> list[tuple[int, str]]:
 
 def plan_remove(smap: ShardMap, node: str) -> list[tuple[int, str]]:
     """``(shard, target)`` moves that take every replica off ``node``: each to the least
-    loaded other node that does not replicate the shard. Raises UnsupportedError for an
-    active-active shard, InvalidArgumentError when no node can take one."""
+    loaded other node that does not replicate the shard. Raises InvalidArgumentError when
+    no node can take one."""
     load = _load(smap)
     del load[node]
     moves: list[tuple[int, str]] = []
     for s in smap.shards.values():
         if node not in s.replicas:
             continue
-        if s.mode not in MASTER_SLAVE:
-            raise UnsupportedError(
-                f"shard {s.id} is {s.mode}: active-active replicas are not moved; switch it to ms-sc first "
-                f"(`bespokv mode --shard {s.id} --to ms-sc`)"
-            )
         candidates = [n for n in load if n not in s.replicas]
         if not candidates:
             raise InvalidArgumentError(f"no node can take node {node}'s replica of shard {s.id} (too few nodes)")

@@ -363,7 +363,7 @@ class Node:
                 try:
                     await take_over(
                         coordinator=self.coordinator, peers=self.peers, me=self.node_id, shard=shard,
-                        worker=lambda: self._worker(shard), tuning=self.config.tuning,
+                        worker=lambda: self._worker(shard), tuning=self.config.tuning, observe=self.clock.observe,
                     )
                     return
                 except asyncio.CancelledError:

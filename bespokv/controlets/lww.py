@@ -37,6 +37,7 @@ from bespokv.datalets.base import Op
 from bespokv.errors import UnavailableError
 from bespokv.hlc import physical_ms
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.shardmap import ShardInfo
 
 __all__ = ["LwwControlet"]
 
@@ -52,6 +53,7 @@ class LwwControlet(VersionedControlet):
         super().__init__(ctx)
         self._outbox: dict[str, list[tuple[bytes, bytes]]] = {n: [] for n in ctx.others}
         self._outbox_event: dict[str, asyncio.Event] = {n: asyncio.Event() for n in ctx.others}
+        self._pushers: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._pushing = 0
         self._failing: set[str] = set()  # peers whose last push failed
@@ -65,7 +67,7 @@ class LwwControlet(VersionedControlet):
 
     async def start(self) -> None:
         for node in self.ctx.others:
-            self._tasks.append(asyncio.ensure_future(self._pusher(node)))
+            self._pushers[node] = asyncio.ensure_future(self._pusher(node))
         if self.ctx.others:
             self._tasks.append(asyncio.ensure_future(self.anti_entropy_loop()))
         if not self.readable:
@@ -80,10 +82,32 @@ class LwwControlet(VersionedControlet):
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._pushers.values()]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.close_batchers()
+
+    async def reconfigure(self, info: ShardInfo) -> None:
+        """The shard's replica set changed (a node add/remove moved a replica): push to the
+        replicas it has now. Writes acknowledged before this reach a new replica through
+        its own merge (membership.py) or anti-entropy."""
+        self.ctx.shard = info
+        self.ctx.epoch = info.epoch
+        others = set(self.ctx.others)
+        for node in list(self._outbox):
+            if node not in others:
+                task = self._pushers.pop(node, None)
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                del self._outbox[node], self._outbox_event[node]
+                self._failing.discard(node)
+        for node in self.ctx.others:
+            if node not in self._outbox:
+                self._outbox[node] = []
+                self._outbox_event[node] = asyncio.Event()
+                self._pushers[node] = asyncio.ensure_future(self._pusher(node))
 
     def role(self) -> str:
         return "peer"
