@@ -8,7 +8,6 @@ compactions, and while following a live writer.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import hypothesis.strategies as st
@@ -18,17 +17,7 @@ from hypothesis import HealthCheck, given, settings
 import rocksmash
 from rocksmash.errors import InvalidArgumentError
 
-SMALL = dict(memtable_size="16KiB", l0_compaction_trigger=2, target_file_size="32KiB",
-             level_base_size="64KiB", level_multiplier=4, num_levels=4, local_budget="40%",
-             cloud_target_file_size="32KiB", block_size=512, background_processes=False)
-
-
-def wait_for(cond, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout} s still waiting for {what}")
-        time.sleep(0.01)
+from .test_wal_shipping import SMALL, wait_for
 
 
 def _writer(tmp_path, url, **kw):
