@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from writers import Reader, Writer
+from writers import Reader, Writer, put_succeeds
 
 from bespokv.config import Tuning
 from bespokv.etcdserver import etcd_binary
@@ -120,15 +120,7 @@ def test_a_frozen_shard_refuses_writes_only_and_a_switch_that_cannot_drain_chang
                     loop.run_until_complete(switch_mode(coord, peers, 0, "aa-sc", timeout=3))
                 info = coord.shard_map().shard(0)
                 assert (info.mode, info.frozen) == ("ms-sc", False)
-                wait_until(lambda: _writes(client, k0), 30, "a write on shard 0 after the failed switch")
+                wait_until(lambda: put_succeeds(client, k0), 30, "a write on shard 0 after the failed switch")
                 assert client.get(k0) == b"again"
         finally:
             client.close()
-
-
-def _writes(client, key: bytes) -> bool:
-    try:
-        client.put(key, b"again")
-        return True
-    except Exception:  # the failover of the killed node may still be on its way
-        return False

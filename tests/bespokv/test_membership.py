@@ -14,7 +14,7 @@ versions. ms-sc is moved in test_bespokv_cli.py's restart test."""
 from __future__ import annotations
 
 import pytest
-from writers import Writer
+from writers import Writer, put_succeeds
 
 import asyncio
 import dataclasses
@@ -88,17 +88,9 @@ def test_a_move_whose_target_dies_is_cancelled_and_its_freeze_lifted(tmp_path):
 
                 wait_until(cancelled, 30, "the move and its freeze cleared")
                 assert donor in coord.shard_map().shard(0).replicas
-                wait_until(lambda: _put(client, k0), 30, "a write on shard 0 again")
+                wait_until(lambda: put_succeeds(client, k0), 30, "a write on shard 0 again")
         finally:
             client.close()
-
-
-def _put(client, key: bytes) -> bool:
-    try:
-        client.put(key, b"again")
-        return True
-    except Exception:  # the clearing may still be on its way to the node
-        return False
 
 
 def _holds(client, node, acked) -> bool:

@@ -12,7 +12,16 @@ import grpc
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
 
-__all__ = ["Writer", "Reader", "SideWriter"]
+__all__ = ["Writer", "Reader", "SideWriter", "put_succeeds"]
+
+
+def put_succeeds(client, key: bytes, value: bytes = b"again") -> bool:
+    """One put; False if it failed (for ``wait_until`` while a change is on its way)."""
+    try:
+        client.put(key, value)
+        return True
+    except Exception:  # not yet: the map change may still be on its way to the nodes
+        return False
 
 
 class _Load:
