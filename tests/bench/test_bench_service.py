@@ -133,7 +133,9 @@ def test_etcd_runner_end_to_end(tmp_path: Path) -> None:
     assert out["scan"] == 500 and out["scan_10"] == 10
     d = out["describe"]
     assert d["members"] == 3 and d["reads"] == "linearizable" and d["etcd"].startswith("3.")
-    assert sorted(p.name for p in (tmp_path / "data" / "etcd").iterdir()) == ["logs", "m1", "m2", "m3"]
+    # (ports.json: the members keep their ports when the cluster restarts on its data)
+    assert sorted(p.name for p in (tmp_path / "data" / "etcd").iterdir()) == [
+        "logs", "m1", "m2", "m3", "ports.json"]
 
 
 def test_etcd_runner_refuses_unknown_options(tmp_path: Path) -> None:
