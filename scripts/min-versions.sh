@@ -6,7 +6,7 @@
 # engine, the golden formats, the object stores (memory, file, and S3 against a real moto
 # server, so boto3's lower bound is exercised), and bespokv's gRPC client and service.
 #
-# Not part of `make test`, nor of .ci/run (it downloads the old versions; 2 min 41 s here,
+# Not part of `make test`; .ci/run runs it after `make test` (it downloads the old versions; 2-3 min,
 # 115 s of it pytest). A failure means a lower bound is wrong: raise it in pyproject.toml.
 set -eu
 cd "$(dirname "$0")/.."
