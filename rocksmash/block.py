@@ -40,6 +40,9 @@ from .formats import COMPRESSION_CODES
 __all__ = ["Block", "BlockBuilder", "encode_stored", "decode_stored", "TRAILER_SIZE"]
 
 TRAILER_SIZE = 5
+#: Bytes a BlockBuilder counts per entry besides its key and value (the block cut
+#: depends on it, so tables are the same bytes only while it stays).
+ENTRY_EXTRA = 17
 _HEAD = struct.Struct("<II")
 _COUNT = struct.Struct("<I")
 _TRAILER = struct.Struct("<BI")
@@ -203,7 +206,7 @@ class BlockBuilder:
         else:
             self.kinds.append(1)
         self.values.append(value)
-        self.size += len(key) + len(value) + 17
+        self.size += len(key) + len(value) + ENTRY_EXTRA
 
     def __len__(self) -> int:
         return len(self.keys)

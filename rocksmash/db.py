@@ -18,6 +18,7 @@ and writers publish in the reverse order (a sealed memtable joins ``_imm`` befor
 
 from __future__ import annotations
 
+import marshal
 import os
 import threading
 import time
@@ -62,6 +63,10 @@ __all__ = ["DB", "Snapshot", "DBIterator"]
 _MANIFEST_ROLL_SIZE = 16 << 20
 #: How long close waits for the last WAL shipment (the local WAL keeps it anyway).
 _SHIP_AT_CLOSE_TIMEOUT = 10.0
+#: A sealed memtable up to this charged size is flushed from its contents, sent to the
+#: worker as one marshalled frame (whose length is a u32); a larger one by replaying its
+#: WAL segment, as recovery does (the same bytes either way; decision 0026).
+_FLUSH_BY_VALUE_LIMIT = 1 << 30
 
 def _hide_covered(sources: list[Iterator[Chunk]], tombs: list[list], seq: int
                   ) -> list[Iterator[Chunk]]:
@@ -556,6 +561,7 @@ class DB:
         with self._sync_lock:
             self._old_wals.append(self._wal)
             self._wal = wal
+        self._mem.last_seq = self._seq
         self._imm = [self._mem] + self._imm  # publish the sealed one before replacing it
         self._mem = Memtable(seg, table)
         self._update_stall()
@@ -933,14 +939,22 @@ class DB:
     def _flush_one(self, mem: Memtable, snapshots: list[int]) -> None:
         seg_path = os.path.join(self.path, filenames.segment_name(mem.segment))
         table_path = os.path.join(self.path, filenames.table_name(mem.table_number))
-        result = self._run_job(self._flush_worker, "flush_segment", segment_path=seg_path,
-                               table_path=table_path, opts=self._job_opts,
-                               snapshots=snapshots)
+        contents = self._flush_contents(mem)
+        if contents is not None:
+            job, args = contents
+            result = self._run_job(self._flush_worker, job, **args, table_path=table_path,
+                                   opts=self._job_opts, snapshots=snapshots)
+            last_seq = mem.last_seq
+        else:
+            result = self._run_job(self._flush_worker, "flush_segment", segment_path=seg_path,
+                                   table_path=table_path, opts=self._job_opts,
+                                   snapshots=snapshots)
+            last_seq = result["last_seq"]
         info: TableInfo | None = result["table"]
         if self._cloud is not None:
             self._check_epoch()
         with self._version_lock:
-            edit = VersionEdit(next_file=self._next_file, last_seq=result["last_seq"])
+            edit = VersionEdit(next_file=self._next_file, last_seq=last_seq)
             with self._lock:
                 # Writes before the next sealed memtable's segment are all in tables now.
                 edit.log_number = (self._imm[-2].segment if len(self._imm) > 1
@@ -967,6 +981,22 @@ class DB:
                 w.close()
                 self._old_wals.remove(w)
         self._env.remove_if_exists(seg_path)
+
+    def _flush_contents(self, mem: Memtable) -> tuple[str, dict] | None:
+        """The job and arguments that flush sealed memtable ``mem`` from its contents
+        (it gets no more writes, so they are read without a lock), or None to replay
+        its WAL segment instead: too large for one worker frame, or not encodable. Both
+        make the same bytes (decision 0026)."""
+        if mem.last_seq is None or mem.size >= _FLUSH_BY_VALUE_LIMIT:
+            return None
+        if self._flush_worker is None:
+            return "flush_memtable", {"entries": mem.entries, "old": mem.old,
+                                      "ranges": mem.ranges}
+        try:
+            return "flush_marshalled", {
+                "contents": marshal.dumps((mem.entries, mem.old, mem.ranges))}
+        except ValueError:  # (keys and values are always bytes; this is a safety net)
+            return None
 
     def _log_edit(self, edit: VersionEdit) -> None:
         """Make ``edit`` durable (``_version_lock`` held), rolling the manifest if large.

@@ -3,7 +3,8 @@
 The dict gives O(1) point reads (the hot path); the ``SortedList`` gives ordered scans.
 Keys new to the memtable are only appended to ``pending`` by writers and folded into the
 sorted list by the first scan that needs them, so workloads without scans never pay for
-sorting (flush replays the WAL segment and sorts there, in a worker process).
+sorting (a flush sends ``entries``, ``old`` and ``ranges`` to a worker process, which sorts
+there; see ``jobs.flush_memtable``).
 Each key keeps its newest version in ``entries``; an overwritten version is moved to
 ``old`` only when someone may still need it (a live snapshot at or after its sequence
 number, or a reader racing a multi-key batch), so the common case stores one version.
@@ -46,7 +47,7 @@ _CHUNK = 64
 
 class Memtable:
     __slots__ = ("entries", "keys", "pending", "fold_lock", "old", "size", "segment",
-                 "table_number", "count", "ranges")
+                 "table_number", "count", "ranges", "last_seq")
 
     def __init__(self, segment: int, table_number: int) -> None:
         #: key -> (seq, value); value None is a deletion.
@@ -64,6 +65,9 @@ class Memtable:
         #: The WAL segment holding exactly this memtable's writes, and its table number.
         self.segment = segment
         self.table_number = table_number
+        #: Set when the memtable is sealed: the last sequence number written to it (or,
+        #: if none, the one before its segment's first). None while it takes writes.
+        self.last_seq: int | None = None
 
     def put(self, key: bytes, seq: int, value: bytes | None, keep_upto: int) -> None:
         """Add a version. The replaced version is kept if its seq <= ``keep_upto``."""

@@ -294,6 +294,7 @@ def load_segment(env: Env, path: str, number: int, table_number: int) -> tuple[M
         seq, ops = decode_batch(payload)
         mem.put_batch(ops, seq, -1)
         last = seq + len(ops) - 1
+    mem.last_seq = max(last, seg.first_seq - 1)  # (sealed: it takes no writes)
     return mem, last
 
 

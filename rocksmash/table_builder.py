@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
+from typing import Sequence, cast
 
-from .block import BlockBuilder, encode_stored
+from .block import ENTRY_EXTRA, BlockBuilder, encode_stored
 from .env import POSIX, BufferedFile, Env
 from .bloom import build_filter, key_hash
 from .range_del import Tombstone, bounds, to_props
@@ -107,6 +111,57 @@ class TableBuilder:
             self._min_seq = seq
         if seq > self._max_seq:
             self._max_seq = seq
+
+    def add_unique(self, keys: Sequence[bytes], seqs: Sequence[int],
+                   values: Sequence[bytes | None]) -> None:
+        """:meth:`add` of each ``(keys[i], seqs[i], values[i])``, where ``keys`` ascend
+        strictly and follow every key added before: the same bytes (the same block
+        cuts, separators and filter), with a few calls per block instead of per entry
+        (a flush of a memtable, whose keys are unique)."""
+        n = len(keys)
+        if not n:
+            return
+        if self._last is not None and keys[0] <= self._last:
+            raise ValueError("add_unique: keys must follow the keys added before")
+        deletions = values.count(None)
+        klens = list(map(len, keys))
+        puts = cast(Sequence[bytes], values)  # (when there are no deletions)
+        vlens = [0 if v is None else len(v) for v in values] if deletions else list(map(len, puts))
+        # ends[i]: the encoded size of entries [0, i) (BlockBuilder.add's accounting).
+        ends = list(accumulate(map(add, map(add, klens, vlens), repeat(ENTRY_EXTRA, n)),
+                               initial=0))
+        block = self._block
+        i = 0
+        while i < n:
+            if block.size >= self._block_size:
+                self._flush_block()
+            if self._pending is not None:
+                self._index.add(shortest_separator(self._pending[0], keys[i]), 0,
+                                self._pending[1])
+                self._pending = None
+            # The block takes entries up to the first that brings it to block_size.
+            j = min(bisect_left(ends, self._block_size - block.size + ends[i], i + 1), n)
+            block.keys += keys[i:j]
+            block.seqs += seqs[i:j]
+            if deletions:
+                part = values[i:j]
+                block.kinds += bytes([v is not None for v in part])
+                block.values += [b"" if v is None else v for v in part]
+            else:
+                block.kinds += b"\x01" * (j - i)
+                block.values += puts[i:j]
+            block.size += ends[j] - ends[i]
+            i = j
+        self._hashes += map(key_hash, keys)
+        if self._smallest is None:
+            self._smallest = keys[0]
+        self._last = keys[-1]
+        self.count += n
+        self._deletions += deletions
+        self._raw_values += sum(vlens)
+        self._raw_keys += sum(klens)
+        self._min_seq = min(self._min_seq, min(seqs))
+        self._max_seq = max(self._max_seq, max(seqs))
 
     def add_ranges(self, tombs: list[Tombstone]) -> None:
         """Add range tombstones (a table may hold only these). They widen the table's key

@@ -2,8 +2,8 @@
 
 One segment per memtable: a segment is cut exactly when a memtable is sealed, and its
 header names the table number that memtable will be flushed to, so replaying a segment
-regenerates the same table. Flush itself is such a replay, done by a worker process
-from the sealed segment file (see ``jobs.flush_segment``).
+regenerates the same table: recovery's replay (``jobs.flush_segment``) writes the bytes
+the flush of the live memtable wrote (``jobs.flush_memtable``; decision 0026).
 
 Segment layout (integers little-endian)::
 
