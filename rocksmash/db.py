@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import pickle
 import threading
 import time
 import weakref
@@ -993,10 +994,11 @@ class DB:
             return "flush_memtable", {"entries": mem.entries, "old": mem.old,
                                       "ranges": mem.ranges}
         try:
-            return "flush_marshalled", {
-                "contents": marshal.dumps((mem.entries, mem.old, mem.ranges))}
+            contents = marshal.dumps((mem.entries, mem.old, mem.ranges))
         except ValueError:  # (keys and values are always bytes; this is a safety net)
             return None
+        # Out of band: the pipe takes these bytes as they are, no copy into the pickle.
+        return "flush_marshalled", {"contents": pickle.PickleBuffer(contents)}
 
     def _log_edit(self, edit: VersionEdit) -> None:
         """Make ``edit`` durable (``_version_lock`` held), rolling the manifest if large.

@@ -5,8 +5,12 @@ Why a plain subprocess and not ``multiprocessing``: ``spawn`` re-imports the use
 and ``fork`` is unsafe in a threaded process. ``python -m rocksmash._worker_entry`` has neither
 problem, and exits by itself when its parent dies (its stdin closes).
 
-Protocol on the worker's stdin/stdout: frames of ``length: u32 LE`` + pickle. A request
-is ``(job_name, kwargs)``; a reply is ``(True, result)`` or ``(False, exception)``.
+Protocol on the worker's stdin/stdout: frames of ``length: u32 LE`` + bytes. A request
+is ``buffers: u32 LE``, then a frame with the pickle (protocol 5) of ``(job_name,
+kwargs)``, then one frame per out-of-band buffer of that pickle (an argument wrapped in
+``pickle.PickleBuffer``, such as a flush's marshalled memtable: written from the
+caller's bytes, not copied into the pickle). A reply is one frame with the pickle of
+``(True, result)`` or ``(False, exception)``.
 """
 
 from __future__ import annotations
@@ -41,10 +45,33 @@ def _read_frame(f: IO[bytes]) -> bytes | None:
     return data if len(data) == n else None
 
 
-def _write_frame(f: IO[bytes], data: bytes) -> None:
+def _write_frame(f: IO[bytes], data: bytes | memoryview, flush: bool = True) -> None:
     f.write(_LEN.pack(len(data)))
     f.write(data)
+    if flush:
+        f.flush()
+
+
+def _write_request(f: IO[bytes], job: str, kwargs: dict[str, Any]) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps((job, kwargs), protocol=5, buffer_callback=buffers.append)
+    f.write(_LEN.pack(len(buffers)))
+    _write_frame(f, head, flush=False)
+    for b in buffers:
+        _write_frame(f, b.raw(), flush=False)
     f.flush()
+
+
+def _read_request(f: IO[bytes]) -> tuple[str, dict[str, Any]] | None:
+    head = f.read(4)
+    if len(head) < 4:
+        return None
+    (count,) = _LEN.unpack(head)
+    frames = [_read_frame(f) for _ in range(count + 1)]
+    if any(frame is None for frame in frames):
+        return None
+    job, kwargs = pickle.loads(frames[0], buffers=frames[1:])  # type: ignore[arg-type]
+    return job, kwargs
 
 
 class WorkerProcess:
@@ -83,7 +110,7 @@ class WorkerProcess:
             proc = self._proc
             assert proc.stdin is not None and proc.stdout is not None
             try:
-                _write_frame(proc.stdin, pickle.dumps((job, kwargs), protocol=5))
+                _write_request(proc.stdin, job, kwargs)
                 reply = _read_frame(proc.stdout)
             except (BrokenPipeError, OSError):
                 reply = None
@@ -207,10 +234,11 @@ def main() -> None:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # nothing else may write to the reply pipe
     while True:
-        frame = _read_frame(inp)
-        if frame is None:
+        request = _read_request(inp)
+        if request is None:
             return
-        job, kwargs = pickle.loads(frame)
+        job, kwargs = request
+        del request
         reply: tuple[bool, Any]
         try:
             reply = (True, JOBS[job](**kwargs))
