@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,s3-latency,failover,reconnect} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,s3-latency,failover,reconnect,service-profile} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -499,6 +499,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.profile import main as profile_main
 
         return profile_main(argv[1:])
+    if argv and argv[0] == "service-profile":  # one bespokv client op's rounds and fsyncs
+        from bench.service_profile import main as service_profile_main
+
+        return service_profile_main(argv[1:])
     if argv and argv[0] == "recovery":  # open time after a crash; its own options
         from bench.recovery import main as recovery_main
 

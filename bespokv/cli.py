@@ -336,7 +336,21 @@ def cmd_membership(args: argparse.Namespace) -> int:
                 os.kill(pid, signal.SIGTERM)
     cfg.replace(nodes=tuple(n for n in cfg.nodes if n.id != args.node)).write(cfg_path)
     print(f"node {args.node} removed; moved " + (", ".join(f"shard {s} to {t}" for s, t in moves) or "nothing"))
+    left = _removed_node_data(cfg, args.node, [s for s, _ in moves])
+    if left:
+        # Kept, not deleted: the node may still be stopping, and its files are the last
+        # copy if the user removed it by mistake. Every replica of it has moved.
+        print(f"its data files stay on disk (every replica was moved; delete them when done): {' '.join(left)}")
     return 0
+
+
+def _removed_node_data(cfg: ClusterConfig, node: str, shards: list[int]) -> list[str]:
+    """The datalet directories a removed node leaves behind (path-based datalets)."""
+    from bespokv.datalets import datalet_path
+
+    spec = cfg.datalet_for(node)
+    paths = (datalet_path(spec, node=node, shard=s, base_dir=cfg.base_dir) for s in sorted(shards))
+    return [p for p in paths if p is not None and os.path.exists(p)]
 
 
 def _pids_path(d: str) -> str:

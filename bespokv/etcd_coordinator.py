@@ -138,7 +138,11 @@ class EtcdCoordinator(Coordinator):
                 if self._client is None:
                     self._client = await self._connect()
                 return await fn(self._client)
-            except Exception as exc:  # retried on another member
+            except (Exception, asyncio.CancelledError) as exc:  # retried on another member
+                if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                    raise  # this task is being cancelled; otherwise the call was (below)
+                # A call cancelled without its task: another caller's failure closed the
+                # shared client under it (the close below). Retried like any failure.
                 if time.monotonic() > end or self._stopped:
                     raise UnavailableError(f"etcd {what} failed: {exc!r}") from exc
                 log.info("etcd %s failed (%r); trying another member", what, exc)
@@ -384,3 +388,9 @@ def _shard_value(s: ShardInfo, epoch: int) -> bytes:
     if s.move:  # only while a replica moves to another node (membership.py)
         value["move"] = list(s.move)
     return json.dumps(value).encode()
+
+
+def _cancelling() -> bool:
+    """Whether the current task has been asked to cancel (not just one of its awaits)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

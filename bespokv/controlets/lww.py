@@ -11,7 +11,9 @@
 * Anti-entropy repairs what pushes missed (a peer was down, an outbox overflowed): every
   ``anti_entropy_interval`` a replica compares per-bucket digests (64 buckets, each the XOR
   of a hash of every key with its version) with each peer and exchanges the contents of
-  the buckets that differ, both ways.
+  the buckets that differ for good, both ways: a bucket whose difference held still for a
+  round, or that differed ``anti_entropy_force_rounds`` rounds in a row (writes on their
+  way make a bucket differ for a moment; ``registers.py``).
 * Tombstones are collected ``tombstone_grace`` seconds after their timestamp. An incoming
   tombstone older than that is dropped when there is nothing for it to delete (so
   collected ones do not come back) and stored otherwise. A replica that was down for

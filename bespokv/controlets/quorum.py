@@ -62,7 +62,7 @@ class QuorumControlet(VersionedControlet):
         self._tasks: list[asyncio.Task[None]] = []
         others = len(self.replicas) - 1
         self.readable = others == 0 or ctx.datalet.persistent
-        self.stats.update({"write_backs": 0, "recovered_keys": 0})
+        self.stats.update({"write_backs": 0, "recovered_keys": 0, "writes": 0, "write_keys": 0, "reads": 0, "read_keys": 0})
 
     async def start(self) -> None:
         if not self.readable:
@@ -165,7 +165,9 @@ class QuorumControlet(VersionedControlet):
         for k, v in ops:
             latest[k] = v
         keys = list(latest)
-        answers = await self.quorum(self._read_calls(keys, True), self.q, "version query")
+        self.stats["writes"] += 1
+        self.stats["write_keys"] += len(keys)
+        answers = await self.quorum(self._read_calls(keys, True), self.q, "version query", spares=True)
         seen = 0
         for vals in answers.values():
             for enc in vals:
@@ -179,7 +181,9 @@ class QuorumControlet(VersionedControlet):
 
     async def _read_keys(self, keys: list[bytes]) -> list[bytes | None]:
         """Linearizable read of several keys: query a majority, write back, decode."""
-        answers = await self.quorum(self._read_calls(keys, False), self.q, "read")
+        self.stats["reads"] += 1
+        self.stats["read_keys"] += len(keys)
+        answers = await self.quorum(self._read_calls(keys, False), self.q, "read", spares=True)
         out: list[bytes | None] = []
         write_back: list[tuple[bytes, bytes]] = []
         for i, k in enumerate(keys):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import xxhash
@@ -37,6 +37,24 @@ T = TypeVar("T")
 
 #: Anti-entropy digest buckets per shard (frozen within a cluster: peers compare them).
 DIGEST_BUCKETS = 64
+
+
+#: Seconds a peer that failed a read phase's call, or kept one waiting past
+#: ``Tuning.quorum_spare_after``, is asked only as a spare (then it is tried again).
+SLOW_PEER_SECONDS = 1.0
+
+#: Store calls one group commit takes at most (the rest wait for the next group): bounds
+#: the size of one datalet batch, which holds the worker (and the shard's reads) that long.
+STORE_GROUP_CALLS = 64
+
+
+def _keep_newest(into: dict[bytes, bytes], entries: Iterable[tuple[bytes, bytes]]) -> None:
+    """Put each entry's value in ``into`` unless ``into`` holds a newer one (the later
+    entry wins a tie)."""
+    for k, enc in entries:
+        cur = into.get(k)
+        if cur is None or not versioned.newer(cur, enc):
+            into[k] = enc
 
 
 def bucket_of(key: bytes) -> int:
@@ -63,8 +81,19 @@ class VersionedControlet(Controlet):
         self.stats: dict[str, float] = {
             "stored": 0,
             "stale_dropped": 0,
+            # store-if-newer calls run on the worker, and how many of them wrote (with a
+            # syncing datalet, each write is one fsync): their ratio is the group commit
+            "store_calls": 0,
+            "store_groups": 0,
+            "datalet_writes": 0,
+            # quorum phases this node coordinated (a write is two, a read one or two)
+            "quorum_rounds": 0,
+            # spare calls read phases had to start (a call failed or was slow)
+            "quorum_spares": 0,
             "ae_rounds": 0,
             "ae_repaired": 0,
+            # buckets exchanged by anti-entropy (whole buckets, both ways)
+            "ae_buckets": 0,
             "tombstones_collected": 0,
             # expired tombstones a collection round had to keep (a replica objected or
             # was unreachable): shows that rounds run even when they collect nothing
@@ -72,33 +101,55 @@ class VersionedControlet(Controlet):
         }
         self.digests = [0] * DIGEST_BUCKETS
         self.last_ae: dict[str, float] = {}
+        #: per peer: both sides' digests at the last round, and per bucket how many
+        #: rounds in a row it has differed (settled_differences)
+        self._ae_seen: dict[str, tuple[list[int], list[int]]] = {}
+        self._ae_streak: dict[str, list[int]] = {}
+        #: per peer: until when read phases ask it only as a spare (it failed or was slow)
+        self._slow_until: dict[str, float] = {}
+        #: group commit of store_if_newer (one group on the worker at a time); never
+        #: closed: a group on its way to the worker finishes, and updates the digests
+        self._store_group: AutoBatcher[dict[bytes, bytes], int] = AutoBatcher(
+            self._store_groups, max_batch=STORE_GROUP_CALLS, max_inflight=1
+        )
+        if not ctx.tuning.group_commit:  # one call per group, as many on the worker as come
+            self._store_group = AutoBatcher(self._store_groups, max_batch=1, max_inflight=1 << 30)
         self._rebuild_digests()
 
     # -- local store ----------------------------------------------------------------------
 
     async def store_if_newer(self, entries: Sequence[tuple[bytes, bytes]]) -> int:
-        """Write each encoded value whose version beats the stored one, in one batch.
+        """Write each encoded value whose version beats the stored one; returns how many
+        of ``entries``' keys took this call's value.
 
-        The read-compare-write runs as one call on the shard's worker thread, so no other
-        write of the shard comes between the read and the write; the digests are updated
-        afterwards, shielded from cancellation (the write happens anyway)."""
+        Group commit: concurrent calls of the shard share one read-compare-write on the
+        worker thread (one datalet batch, so one fsync on a syncing datalet): a call made
+        while a group is on the worker joins the next group. The read-compare-write runs
+        as one call on the worker, so no other write of the shard comes between the read
+        and the write; it is shielded from the caller's cancellation (the write happens
+        anyway, and the digests must follow it). A call returns once its group is stored."""
         if not entries:
             return 0
         # Keep the highest version per key within the batch (the later entry on a tie).
         best: dict[bytes, bytes] = {}
-        for k, enc in entries:
-            cur = best.get(k)
-            if cur is None or not versioned.newer(cur, enc):
-                best[k] = enc
-        return await asyncio.shield(asyncio.ensure_future(self._store_best(best)))
+        _keep_newest(best, entries)
+        return await asyncio.shield(asyncio.ensure_future(self._store_group.submit(best)))
 
-    async def _store_best(self, best: dict[bytes, bytes]) -> int:
-        changes = await self.datalet.run(self._store_on_worker, best)
+    async def _store_groups(self, groups: list[dict[bytes, bytes]]) -> list[int]:
+        """(the group committer's send) One worker call for every waiting call's values."""
+        merged: dict[bytes, bytes] = {}
+        for best in groups:
+            _keep_newest(merged, best.items())
+        changes = await self.datalet.run(self._store_on_worker, merged)
+        self.stats["store_calls"] += len(groups)
+        self.stats["store_groups"] += 1
         if changes:
+            self.stats["datalet_writes"] += 1
             self.on_stored(changes)
         self.stats["stored"] += len(changes)
-        self.stats["stale_dropped"] += len(best) - len(changes)
-        return len(changes)
+        self.stats["stale_dropped"] += len(merged) - len(changes)
+        stored = {k: new for k, _, new in changes}
+        return [sum(1 for k, enc in best.items() if stored.get(k) == enc) for best in groups]
 
     def _store_on_worker(self, best: dict[bytes, bytes]) -> list[tuple[bytes, bytes | None, bytes]]:
         """(worker thread) Store what is newer; returns ``(key, old, new)`` per value stored."""
@@ -202,19 +253,26 @@ class VersionedControlet(Controlet):
     # -- anti-entropy ---------------------------------------------------------------------
 
     async def anti_entropy_round(self, node: str) -> int:
-        """Compare digests with ``node`` and exchange the buckets that differ, both ways;
-        returns how many of our values changed."""
+        """Compare digests with ``node`` and exchange the buckets that differ for good,
+        both ways; returns how many of our values changed.
+
+        A bucket differs for good when it differed in the last round too and neither
+        side's digest of it changed since (see :meth:`settled_differences`): a bucket
+        that differs only because writes are on their way (stored here, not yet there)
+        is not exchanged, which under a steady write load was nearly every bucket, every
+        round: a full export both ways."""
         resp = await self.ctx.peers.peer(node).Digest(
             pb.DigestRequest(shard=self.ctx.shard_id), timeout=5.0, metadata=self.ctx.peers.metadata
         )
         theirs = list(resp.digests)
         if len(theirs) != DIGEST_BUCKETS:
             raise ValueError(f"{node} sent {len(theirs)} digests, expected {DIGEST_BUCKETS}")
-        differing = [b for b in range(DIGEST_BUCKETS) if theirs[b] != self.digests[b]]
+        differing = self.settled_differences(node, list(self.digests), theirs)
         self.stats["ae_rounds"] += 1
         self.last_ae[node] = time.monotonic()
         if not differing:
             return 0
+        self.stats["ae_buckets"] += len(differing)
         changed = await self.pull_export(node, differing)
         wanted = set(differing)
         ours: list[tuple[bytes, bytes]] = []
@@ -227,6 +285,30 @@ class VersionedControlet(Controlet):
             await self.write_to(node, ours)
         self.stats["ae_repaired"] += changed
         return changed
+
+    def settled_differences(self, node: str, ours: list[int], theirs: list[int]) -> list[int]:
+        """The buckets to exchange with ``node`` this round, given both sides' digests.
+
+        A bucket is exchanged when its digests differ now and differed with the same
+        values in the previous round with ``node`` (nothing arrived on either side in
+        between, so the difference is not writes in flight), or when it has differed
+        in ``Tuning.anti_entropy_force_rounds`` rounds in a row (a bucket written all
+        the time is still repaired, every that many rounds)."""
+        force = self.ctx.tuning.anti_entropy_force_rounds
+        prev = self._ae_seen.get(node)
+        self._ae_seen[node] = (ours, theirs)
+        streak = self._ae_streak.setdefault(node, [0] * DIGEST_BUCKETS)
+        out = []
+        for b in range(DIGEST_BUCKETS):
+            if ours[b] == theirs[b]:
+                streak[b] = 0
+                continue
+            streak[b] += 1
+            settled = prev is not None and prev[0][b] == ours[b] and prev[1][b] == theirs[b]
+            if settled or streak[b] >= force:
+                out.append(b)
+                streak[b] = 0
+        return out
 
     async def anti_entropy_loop(self) -> None:
         """Every ``anti_entropy_interval``, one round with each other replica."""
@@ -338,43 +420,89 @@ class VersionedControlet(Controlet):
         what: str,
         *,
         ambiguous: bool = False,
+        spares: bool = False,
     ) -> dict[str, T]:
         """Run ``calls`` (one per node) and return the first ``need`` successes.
+
+        ``spares``: a read phase. Only ``need`` calls start, this node's own first, then
+        the peers that have not kept one waiting lately; the others are spares, started
+        one per failed call, and all at once when ``Tuning.quorum_spare_after`` passes
+        without ``need`` answers (a slow or paused peer), so a read costs a majority of
+        replicas, not all of them. Any majority serves a read phase (ABD), so which
+        replicas answer changes nothing but the cost. ``quorum_spare_after = 0`` starts
+        every call at once.
 
         Raises :class:`QuorumError` (UNAVAILABLE) when too many fail, or
         DEADLINE_EXCEEDED after ``request_timeout`` (only when ``ambiguous``: a write
         phase that may have landed somewhere; a read phase says UNAVAILABLE).
         """
+        self.stats["quorum_rounds"] += 1
         results: dict[str, T] = {}
         errors: dict[str, str] = {}
         tasks: dict[asyncio.Future[T], str] = {}
-        for node, call in calls.items():
-            tasks[asyncio.ensure_future(call())] = node
-        pending = set(tasks)
-        deadline = time.monotonic() + self.ctx.tuning.request_timeout
+        pending: set[asyncio.Future[T]] = set()
+        spare_after = self.ctx.tuning.quorum_spare_after if spares else 0.0
+        waiting = self._preference(list(calls)) if spare_after > 0 else []
+        now = time.monotonic()
+        deadline = now + self.ctx.tuning.request_timeout
+        spare_at = now + spare_after
+
+        def start(node: str) -> None:
+            t = asyncio.ensure_future(calls[node]())
+            tasks[t] = node
+            pending.add(t)
+
+        if not waiting:
+            for node in calls:
+                start(node)
         try:
             while len(results) < need:
+                while waiting and len(results) + len(pending) < need:
+                    start(waiting.pop(0))  # (a spare replaces a failed call)
                 if len(results) + len(pending) < need:
                     raise QuorumError(
                         f"shard {self.ctx.shard_id}: {what} reached {len(results)} of {need} replicas needed"
                         f" ({'; '.join(f'{n}: {e}' for n, e in errors.items())})"
                     )
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     msg = f"shard {self.ctx.shard_id}: {what} timed out with {len(results)} of {need} replicas"
                     raise DeadlineExceededError(msg) if ambiguous else QuorumError(msg)
-                done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if waiting and now >= spare_at:
+                    self.stats["quorum_spares"] += len(waiting)
+                    for t in pending:  # these kept us waiting: not first choices for a while
+                        self._slow_until[tasks[t]] = now + SLOW_PEER_SECONDS
+                    while waiting:
+                        start(waiting.pop(0))
+                timeout = min(left, spare_at - now) if waiting else left
+                done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
+                    pending.discard(t)
                     node = tasks[t]
                     exc = t.exception()
                     if exc is None:
                         results[node] = t.result()
                     else:
                         errors[node] = str(exc) if isinstance(exc, Error) else repr(exc)
+                        self._slow_until[node] = time.monotonic() + SLOW_PEER_SECONDS
         finally:
             for t in pending:  # let stragglers finish (they complete writes); mute errors
                 t.add_done_callback(_silence)
         return results
+
+    def _preference(self, nodes: list[str]) -> list[str]:
+        """The order a read phase asks ``nodes`` in: this node, then peers that have not
+        failed or kept a read waiting in the last ``SLOW_PEER_SECONDS``, then the rest."""
+        now = time.monotonic()
+        me = self.ctx.node_id
+
+        def rank(node: str) -> int:
+            if node == me:
+                return 0
+            return 2 if self._slow_until.get(node, 0.0) > now else 1
+
+        return sorted(nodes, key=rank)
 
     # -- peer RPC handlers ----------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "BUILTIN",
     "ensure_datalet",
     "make_datalet",
+    "datalet_path",
     "DataletFactory",
 ]
 
@@ -71,6 +72,19 @@ def _fill(v: Any, subst: dict[str, str]) -> Any:
     return v
 
 
+def datalet_path(spec: DataletSpec, *, node: str, shard: int, base_dir: str = ".") -> str | None:
+    """The directory of ``node``'s replica of ``shard`` for a path-based kind, else None."""
+    if spec.kind not in _PATH_KINDS:
+        return None
+    raw = spec.options.get("path", "{dir}/data/{node}")
+    path = _fill(raw, {"node": node, "shard": str(shard), "dir": base_dir})
+    if "{shard}" not in str(raw):
+        path = os.path.join(path, f"shard-{shard}")
+    if not os.path.isabs(path):
+        path = os.path.join(base_dir, path)
+    return str(path)
+
+
 def make_datalet(spec: DataletSpec, *, node: str, shard: int, base_dir: str = ".") -> Datalet:
     """Build the datalet holding ``node``'s replica of ``shard`` from a config spec.
 
@@ -81,13 +95,8 @@ def make_datalet(spec: DataletSpec, *, node: str, shard: int, base_dir: str = ".
     subst = {"node": node, "shard": str(shard), "dir": base_dir}
     opts = {k: _fill(v, subst) for k, v in spec.options.items()}
     kind = spec.kind
-    if kind in _PATH_KINDS:
-        raw = spec.options.get("path", "{dir}/data/{node}")
-        path = _fill(raw, subst)
-        if "{shard}" not in str(raw):
-            path = os.path.join(path, f"shard-{shard}")
-        if not os.path.isabs(path):
-            path = os.path.join(base_dir, path)
+    path = datalet_path(spec, node=node, shard=shard, base_dir=base_dir)
+    if path is not None:
         opts["path"] = path
     elif kind == "redis":
         opts.setdefault("namespace", f"{node}/{shard}")

@@ -167,3 +167,17 @@ def test_service_preset_through_the_cli(tmp_path: Path) -> None:
         assert t["rss"]["tree_peak"] > t["rss"]["baseline"]  # the servers were in the trial's tree
     assert "x base" in (tmp_path / "out" / "report.md").read_text()
     assert not any((tmp_path / "bench-data").iterdir())
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_service_profile_counts_rounds_and_cpu_per_operation(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench service-profile` on a small aa-sc cluster: it prints the per-operation
+    figures docs/benchmarks.md quotes, from the nodes' counters."""
+    argv = ["service-profile", "--mode", "aa-sc", "--datalet", "memory", "--datalet-options", "{}",
+            "--records", "200", "--threads", "4", "--seconds", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "ops/s" in out and "node CPU per client op" in out
+    rounds = [line for line in out.splitlines() if line.strip().startswith("quorum_rounds")]
+    assert rounds and float(rounds[0].split()[1]) > 0  # a counter the nodes really report

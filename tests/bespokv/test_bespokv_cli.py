@@ -218,6 +218,9 @@ def test_cluster_up_restarts_on_its_data_adds_nodes_and_node_remove_moves_them_o
             assert all(len(s.replicas) == 3 for s in smap.shards.values())
         out = bespokv("node", "remove", "--node", "n1", "--dir", d, timeout=180).stdout
         assert "node n1 removed" in out
+        # Its files are kept, and the command says where (every replica has moved).
+        kept = out.split("delete them when done): ", 1)[1].split()
+        assert kept and all(p.startswith(os.path.join(d, "data", "n1")) and os.path.isdir(p) for p in kept), out
         with Client.from_config(cfg_path, retries=30, timeout=5.0) as c:
             smap = c.refresh_map()
             assert "n1" not in smap.nodes and all("n1" not in s.replicas for s in smap.shards.values())
