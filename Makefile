@@ -41,7 +41,8 @@ lint: $(STAMP)
 # The API reference of the engine, from its docstrings, into build/api/ (open
 # build/api/index.html). Warnings are errors: the build must stay warning-free.
 API_MODULES := rocksmash rocksmash.db rocksmash.iterator rocksmash.write_batch rocksmash.keys \
-	rocksmash.options rocksmash.open_options rocksmash.errors rocksmash.checkpoint rocksmash.read_only
+	rocksmash.options rocksmash.open_options rocksmash.errors rocksmash.checkpoint rocksmash.read_only \
+	rocksmash.pins
 docs: $(STAMP)
 	rm -rf build/api
 	$(PY) -W error -m pdoc --docformat restructuredtext -o build/api $(API_MODULES)

@@ -19,6 +19,8 @@ import textwrap
 import typing
 from typing import Unpack
 
+from . import filenames
+from .checkpoint import detach_checkpoint, release_checkpoint
 from .db import DB, DBIterator, Snapshot
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, LockedError, NewerFormatError, ObjectStoreError,
@@ -31,6 +33,7 @@ from .write_batch import WriteBatch
 
 __all__ = [
     "open", "DB", "ReadOnlyDB", "BucketReader", "DBIterator", "Snapshot", "WriteBatch", "Options", "OpenOptions", "parse_size",
+    "detach_checkpoint", "release_checkpoint",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
     "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
 ]
@@ -54,12 +57,15 @@ def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  #
     point-in-time view that takes no lock (:class:`ReadOnlyDB`): any number of them may
     be open beside the writer. With ``object_store=`` as well, it opens a
     :class:`BucketReader` from the bucket alone, which follows the writer; ``path`` is
-    then the reader's own directory, for its caches. A ``fork`` child must not use a database its
+    then the reader's own directory, for its caches, unless it is a tiered checkpoint
+    (:meth:`DB.checkpoint`), which opens as a :class:`ReadOnlyDB` reading its cloud tables
+    from the source's bucket. A ``fork`` child must not use a database its
     parent opened (it is disabled there): open it in the child.
     """
     opts = Options.from_kwargs(**options)
     if opts.read_only:
-        if opts.object_store is not None:
+        if opts.object_store is not None and not os.path.exists(
+                os.path.join(os.fspath(path), filenames.CHECKPOINT)):
             return BucketReader(path, opts)
         return ReadOnlyDB(path, opts)
     for attempt in range(_OPEN_ATTEMPTS):

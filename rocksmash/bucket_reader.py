@@ -105,7 +105,7 @@ class BucketReader(ReadOnlyDB):
                 raise InvalidArgumentError("object_store: the prefix holds no database "
                                            "(no manifest mirror)")
         except BaseException:
-            self._release()
+            self._release_cloud()
             raise
         self._closed = False
         _open_dbs.add(self)
@@ -335,12 +335,8 @@ class BucketReader(ReadOnlyDB):
             self._thread.join(30)
         _open_dbs.discard(self)
         self._cache.clear()
-        self._release()
+        self._release_cloud()
 
-    def _release(self) -> None:
-        self._data_cache.close()
-        assert self._cloud is not None
-        self._cloud.close()
 
 
 def _batches(obj: WalObject) -> list[tuple[int, list[tuple[bytes, bytes | None]]]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import rocksmash
 
+from . import filenames
 from .errors import Error
 
 
@@ -80,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("value", type=_key)
     p = sub.add_parser("delete", parents=[common], help="delete a key (synced before exit)")
     p.add_argument("key", type=_key)
+    p = sub.add_parser("delete-range", parents=[common],
+                       help="delete every key in [start, end) as one range tombstone (synced "
+                       "before exit)")
+    p.add_argument("start", type=_key)
+    p.add_argument("end", type=_key)
     p = sub.add_parser("scan", parents=[common], help="print key<TAB>value lines in [start, end)")
     p.add_argument("--start", type=_key)
     p.add_argument("--end", type=_key)
@@ -92,9 +98,16 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("check", parents=[common],
                    help="read every record, verifying every checksum")
     p = sub.add_parser("checkpoint", parents=[common],
-                       help="write a consistent copy of a local database to the new "
-                       "directory DEST (tables hard-linked); DEST opens as a database")
+                       help="write a consistent copy of the database to the new directory "
+                       "DEST (local tables hard-linked; a tiered database's cloud tables "
+                       "pinned in the bucket, and DEST then opens read-only)")
     p.add_argument("dest", help="the new directory (must not exist)")
+    sub.add_parser("detach", parents=[common],
+                   help="make the tiered checkpoint PATH a local database: download its "
+                   "cloud tables, then release its pin (needs --object-store: the source's)")
+    sub.add_parser("release", parents=[common],
+                   help="delete the tiered checkpoint PATH: release its pin in the bucket, "
+                   "then delete the directory (needs --object-store: the source's)")
     sub.add_parser("restore", parents=[common],
                    help="rebuild a lost local directory from the object store (PATH must "
                    "not hold a database; needs --object-store)")
@@ -108,7 +121,7 @@ _READS = ("stats", "get", "scan", "check")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts: dict[str, Any] = {"create_if_missing": args.cmd in ("put", "restore")}
-    if args.cmd in _READS and not args.object_store:
+    if args.cmd in _READS and (not args.object_store or _tiered_checkpoint(args.path)):
         # A point-in-time view that takes no lock: works beside a running writer.
         opts = {"read_only": True, "background_processes": False}
     if args.object_store:
@@ -162,10 +175,33 @@ def _restore(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     return 0
 
 
+def _tiered_checkpoint(path: str) -> bool:
+    return os.path.exists(os.path.join(path, filenames.CHECKPOINT))
+
+
+def _checkpoint_command(args: argparse.Namespace) -> int:
+    """``detach`` and ``release`` of a tiered checkpoint."""
+    if not args.object_store:
+        print(f"rocksmash: {args.cmd} needs --object-store (the source database's)",
+              file=sys.stderr)
+        return 2
+    store = dict(args.object_store_option)
+    if args.cmd == "detach":
+        n = rocksmash.detach_checkpoint(args.path, args.object_store,
+                                        object_store_options=store)
+        print(f"{args.path} is a local database now ({n} bytes of cloud tables downloaded)")
+    else:
+        rocksmash.release_checkpoint(args.path, args.object_store, object_store_options=store)
+        print(f"checkpoint {args.path} released and deleted")
+    return 0
+
+
 def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     try:
         if args.cmd == "restore":
             return _restore(args, opts)
+        if args.cmd in ("detach", "release"):
+            return _checkpoint_command(args)
         with rocksmash.open(args.path, **opts) as db:
             if args.cmd == "stats":
                 print(json.dumps(db.stats(), indent=2))
@@ -179,6 +215,8 @@ def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
                 db.put(args.key, args.value, sync=True)
             elif args.cmd == "delete":
                 db.delete(args.key, sync=True)
+            elif args.cmd == "delete-range":
+                db.delete_range(args.start, args.end, sync=True)
             elif args.cmd == "scan":
                 items = db.scan(args.start, args.end, reverse=args.reverse, prefix=args.prefix,
                                 limit=args.limit or None)

@@ -9,6 +9,7 @@ Object layout under the database's store prefix (all written by this module)::
     tables/<n>-e<E>.sst        one table, written once by the writer of epoch E: a cloud
                                level's table, or the backup of a local one
     wal/<N, 20 digits>         shipped WAL records, or a writer's fence (wal_shipping.py)
+    pins/<32 hex digits>       a tiered checkpoint's pin: table objects kept (pins.py)
 
 Every epoch and mirror object is created once, with If-None-Match (create only if absent),
 and never overwritten. Correctness rests only on that being atomic, which AWS S3, MinIO

@@ -1326,7 +1326,9 @@ class DB:
         """Write a consistent copy of this database to the new directory ``dest``, which
         opens as a database of its own: every write acknowledged before the call is in
         it. Tables are hard-linked (copied across file systems), so it is quick and takes
-        little space. Local databases only for now. See :mod:`rocksmash.checkpoint`."""
+        little space. A tiered database's cloud tables are shared and kept by a pin in the
+        bucket: that checkpoint opens read-only with ``object_store=`` until
+        :func:`rocksmash.detach_checkpoint` makes it local. See :mod:`rocksmash.checkpoint`."""
         make_checkpoint(self, os.fspath(dest))
 
     def stats(self) -> dict[str, Any]:

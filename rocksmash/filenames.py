@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["segment_name", "table_name", "manifest_name", "parse_name", "CURRENT", "LOCK"]
+__all__ = ["segment_name", "table_name", "manifest_name", "parse_name", "CURRENT", "LOCK",
+           "CHECKPOINT"]
 
 CURRENT = "CURRENT"
 LOCK = "LOCK"
+#: In a tiered checkpoint only: its pin and source database (checkpoint.py).
+CHECKPOINT = "CHECKPOINT"
 _NAME = re.compile(r"^(?:(\d+)\.(log|sst)|MANIFEST-(\d+))$")
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "DB_FORMAT_VERSION", "WAL_MAGIC", "WAL_FORMAT_VERSION", "TABLE_MAGIC",
     "TABLE_FORMAT_VERSION", "TABLE_FORMAT_PLAIN", "META_FORMAT_VERSION", "META_FLAG_OFFSETS",
     "DATA_CACHE_INDEX_MAGIC", "CLOUD_OBJECT_FORMAT", "MIRROR_FORMAT", "WAL_OBJECT_FORMAT",
+    "PIN_FORMAT", "CHECKPOINT_FORMAT",
 ]
 
 #: Block compression, the first byte of every block trailer.
@@ -62,3 +63,9 @@ MIRROR_FORMAT = 3
 
 #: The ``wal/`` objects (shipped WAL records and writer fences).
 WAL_OBJECT_FORMAT = 1
+
+#: The ``pins/`` objects (a tiered checkpoint's cloud tables, kept alive: pins.py).
+PIN_FORMAT = 1
+
+#: A tiered checkpoint's ``CHECKPOINT`` file (its pin and source: checkpoint.py).
+CHECKPOINT_FORMAT = 1

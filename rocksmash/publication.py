@@ -15,6 +15,8 @@ of the bucket on an older mirror (bucket_reader.py) can finish what they read;
 - WAL objects of segments below the published ``log_number``;
 - at open, after the first publish, every table object no version names (a crashed
   compaction's uploads, a fenced writer's).
+
+Objects a pin names (a tiered checkpoint's tables: pins.py) are never deleted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import filenames
 from .cloud import CloudTier
 from .errors import Error
+from .pins import pinned_keys, write_pin
 from .version import CLOUD, LOCAL, FileMeta, Version
 
 if TYPE_CHECKING:
@@ -68,6 +71,9 @@ class Publication:
         self.dead: list[tuple[str, int, Callable[[], Any], float]] = []
         #: WAL objects of segments below this are named by no mirror any more.
         self._wal_below = 0
+        #: Object keys that pins name, as of this open plus this writer's own pins: kept
+        #: whatever the version says (a release elsewhere is seen at the next open).
+        self.pinned: set[str] = set()
 
     def publish(self, v: Version, *, log_number: int, last_seq: int, next_file: int) -> None:
         """Publish ``v`` (FencedError if another writer took over). ``log_number``: the
@@ -135,6 +141,13 @@ class Publication:
         if epoch is not None:
             self._retired_backups.append((_key(f.number, epoch), f.number))
 
+    def pin(self, pin: str, keys: list[str], checkpoint: str) -> None:
+        """Keep ``keys`` alive for checkpoint ``pin``: from now on in this writer, and in
+        every writer once ``pins/<pin>`` is written. Call with the compaction mutex held
+        from taking the version the keys come from (then none of them has retired)."""
+        self.pinned.update(keys)
+        write_pin(self.cloud, pin, keys, checkpoint)
+
     def collect(self, force: bool = False) -> None:
         """Delete what no mirror names any more: dead objects past their grace that no
         reader holds (with ``force``, held ones too: the database is closing), and WAL
@@ -148,6 +161,8 @@ class Publication:
         now = time.monotonic()
         for entry in self.dead:
             key, number, ref, after = entry
+            if key in self.pinned:
+                continue  # a checkpoint's: the open after its release deletes it
             if now >= after and (force or ref() is None):
                 try:
                     self.cloud.delete(key)
@@ -161,11 +176,18 @@ class Publication:
         self.dead = keep
 
     def collect_garbage(self, v: Version) -> None:
-        """Delete table objects ``v`` does not name. Only after this writer's first
-        publish: from then on no older writer can make the mirror name them."""
+        """Delete table objects ``v`` does not name and no pin names. Only after this
+        writer's first publish: from then on no older writer can make the mirror name
+        them. If a pin cannot be read, nothing is deleted (it may name any of them)."""
         cloud_files = {f.number: f for _, f in v.files() if f.tier == CLOUD}
+        try:
+            self.pinned |= pinned_keys(self.cloud)
+        except Error as e:
+            self._stats["pin_read_errors"] = self._stats.get("pin_read_errors", 0) + 1
+            self._stats["last_pin_error"] = repr(e)
+            return
         live = {f.object_key for f in cloud_files.values()} | {
-            _key(n, e) for n, e in self.backups.items()}
+            _key(n, e) for n, e in self.backups.items()} | self.pinned
         for key in self.cloud.table_keys():
             if key not in live:
                 self.cloud.delete(key)

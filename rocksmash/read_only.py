@@ -14,6 +14,10 @@ is held by an open descriptor, so the writer's deletions do not disturb the view
 record the writer is appending at that moment reads as a torn tail and is not part of
 the view (it was not acknowledged before the open).
 
+A tiered checkpoint (checkpoint.py) opens here too, with ``object_store=`` its source's:
+its cloud tables are read from the bucket, kept there by its pin, with their caches in
+the checkpoint's directory (which this open therefore writes).
+
 Every write method (``put``, ``write``, ``delete``, ``delete_range`` and those built on
 them, ``flush``, ``compact_range``, ``checkpoint``) raises InvalidArgumentError. A tiered
 database is read from its bucket instead (``object_store=`` too: bucket_reader.py).
@@ -26,6 +30,7 @@ from typing import Any, NoReturn
 
 from . import filenames
 from .db import DB, _open_dbs
+from .checkpoint import check_pin, read_checkpoint
 from .env import POSIX
 from .errors import CorruptionError, InvalidArgumentError, UnavailableError
 from .manifest import load_manifest
@@ -54,23 +59,31 @@ class ReadOnlyDB(DB):
         self._closed = True
         self._forked = False
         self._env = POSIX  # (a read-only view reads the real file system: options.env is None)
-        if options.object_store is not None:
-            raise InvalidArgumentError("read_only=True with object_store= is not supported "
-                                       "yet (readers of a tiered database)")
         if not os.path.exists(os.path.join(self.path, filenames.CURRENT)):
             raise InvalidArgumentError(f"{self.path}: no database here (read_only=True "
                                        f"never creates one)")
+        checkpoint = read_checkpoint(self.path)
+        if options.object_store is not None and checkpoint is None:
+            raise InvalidArgumentError(f"{self.path}: read_only=True with object_store= "
+                                       f"opens a tiered checkpoint, and this is none")
         self._init_state()
         self._stats["read_only"] = True
-        for _ in range(_ATTEMPTS):
-            try:
-                self._load()
-                break
-            except FileNotFoundError:
-                continue  # the writer flushed or compacted meanwhile: read its new manifest
-        else:
-            raise UnavailableError(f"{self.path}: the writer kept replacing files while "
-                                   f"this read-only open read them ({_ATTEMPTS} attempts)")
+        try:
+            if self._cloud is not None:
+                assert checkpoint is not None
+                check_pin(self._cloud, self.path, checkpoint)
+            for _ in range(_ATTEMPTS):
+                try:
+                    self._load()
+                    break
+                except FileNotFoundError:
+                    continue  # the writer flushed or compacted meanwhile: read again
+            else:
+                raise UnavailableError(f"{self.path}: the writer kept replacing files while "
+                                       f"this read-only open read them ({_ATTEMPTS} attempts)")
+        except BaseException:
+            self._release_cloud()
+            raise
         self._closed = False
         _open_dbs.add(self)
 
@@ -91,10 +104,11 @@ class ReadOnlyDB(DB):
             raise InvalidArgumentError(f"num_levels={self.options.num_levels} but the "
                                        f"database has {state.version.num_levels} levels")
         files = [f for _, f in state.version.files()]
-        if any(f.tier == CLOUD for f in files):
-            raise InvalidArgumentError(f"{self.path} has tables in an object store: open "
-                                       f"it with object_store= (read_only=True cannot "
-                                       f"open a tiered database yet)")
+        if self._cloud is None and any(f.tier == CLOUD for f in files):
+            raise InvalidArgumentError(
+                f"{self.path} has tables in an object store: a tiered database is read "
+                f"with read_only=True and object_store= (from its bucket), and a tiered "
+                f"checkpoint also with object_store= (its source's)")
         segments = sorted(p[1] for p in map(filenames.parse_name, os.listdir(self.path))
                           if p and p[0] == "log" and p[1] >= state.log_number)
         if state.log_number not in segments:
@@ -145,6 +159,13 @@ class ReadOnlyDB(DB):
         self._cache.clear()
         for _, f in self._version.files():  # live iterators on them now raise ClosedError
             f.table.close()
+        self._release_cloud()
+
+    def _release_cloud(self) -> None:
+        """Close the cloud tables' caches and the object store, if any."""
+        if self._cloud is not None:
+            self._data_cache.close()
+            self._cloud.close()
 
     def __repr__(self) -> str:
         return f"<rocksmash.ReadOnlyDB {self.path!r}>"

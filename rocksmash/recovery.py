@@ -80,6 +80,11 @@ def recover(env: Env, path: str, options: Options, cloud: CloudTier | None, pub:
     or damaged) is used only if nothing that record described is lost (see
     :func:`check_recoverable`). With ``cloud``, older writers are fenced from here on.
     """
+    if env.exists(os.path.join(path, filenames.CHECKPOINT)):
+        raise InvalidArgumentError(
+            f"{path} is a checkpoint of a tiered database: open it with read_only=True and "
+            f"its source's object_store=, or make it a local database with "
+            f"rocksmash.detach_checkpoint (checkpoint.py)")
     state = load_manifest(path, env)
     db_id = state.db_id if state is not None else None
     mirror = None

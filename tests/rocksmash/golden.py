@@ -39,6 +39,13 @@ MIRROR3_DOC = {"format_version": 3, "generation": 5, "epoch": 3,
                "next_file": 33, "log_number": 25, "wal_fences": [1, 9],
                "files": [[0, 23, 900, "61", "63", 301, 310, 3, 0],
                          [3, 17, 5000, "6b6579", "6b657a", 1, 300, 3, 1]]}
+#: A pin (pins/<pin>) naming two cloud tables, and the CHECKPOINT file of its checkpoint.
+PIN_DOC = {"format_version": 1, "pin": "00112233445566778899aabbccddeeff",
+           "db_id": "0123456789abcdef0123456789abcdef", "epoch": 3, "created": 1.5,
+           "checkpoint": "host:/backups/ck1",
+           "keys": ["tables/000017-e3.sst", "tables/000019-e3.sst"]}
+CHECKPOINT_DOC = {"format_version": 1, "pin": "00112233445566778899aabbccddeeff",
+                  "source_db_id": "0123456789abcdef0123456789abcdef"}
 #: WAL objects: a fence, and segment 12's two batches (the golden WAL segment's records).
 WAL_FENCE_HEADER = {"format_version": 1, "kind": "fence",
                     "db_id": "0123456789abcdef0123456789abcdef", "epoch": 3}
@@ -49,6 +56,7 @@ WAL_RECORDS_HEADER = {"format_version": 1, "kind": "records",
 
 def build(tmp: str) -> dict[str, str]:
     """Write one file of each format under ``tmp``; return {golden name: path}."""
+    from rocksmash.checkpoint import _write_checkpoint_file
     from rocksmash.cloud import WalObject, encode_object
     from rocksmash.data_cache import DataCache
     from rocksmash.env import LocalFile
@@ -115,11 +123,15 @@ def build(tmp: str) -> dict[str, str]:
     out["datacache.INDEX"] = os.path.join(cdir, "INDEX")
 
     for name, doc in (("epoch.object", EPOCH_DOC), ("mirror.object", MIRROR_DOC),
-                      ("mirror3.object", MIRROR3_DOC)):
+                      ("mirror3.object", MIRROR3_DOC), ("pin.object", PIN_DOC)):
         p = os.path.join(tmp, name)
         with open(p, "wb") as f:
             f.write(encode_object(doc))
         out[name] = p
+
+    os.makedirs(os.path.join(tmp, "checkpoint"))
+    _write_checkpoint_file(os.path.join(tmp, "checkpoint"), CHECKPOINT_DOC)
+    out["CHECKPOINT"] = os.path.join(tmp, "checkpoint", "CHECKPOINT")
 
     with open(wal.path, "rb") as f:
         records = f.read()[40:]

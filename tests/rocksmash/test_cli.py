@@ -127,3 +127,32 @@ def test_cli_reads_beside_a_writer_and_checkpoints(tmp_path, capsys):
     assert capsys.readouterr().out == "a1\na2\nb1\n"
     assert main(["checkpoint", path, dest]) == 3  # DEST exists
     assert "already exists" in capsys.readouterr().err
+
+
+def test_cli_delete_range_and_tiered_checkpoints(tmp_path, capsys):
+    import rocksmash
+
+    store = f"file://{tmp_path}/bucket"
+    db, ck, ck2 = (str(tmp_path / n) for n in ("db", "ck", "ck2"))
+    with rocksmash.open(db, object_store=store, local_budget=0, memtable_size="16KiB",
+                        background_processes=False) as d:
+        for i in range(2000):
+            d.put(b"k%05d" % i, b"v%05d" % i)
+        d.compact_range()
+    assert main(["delete-range", db, "k00010", "k01990", "--object-store", store]) == 0
+    assert main(["checkpoint", db, ck, "--object-store", store]) == 0
+    assert main(["checkpoint", db, ck2, "--object-store", store]) == 0
+    assert main(["put", db, "later", "1", "--object-store", store]) == 0
+    want = "".join(f"k{i:05d}\n" for i in [*range(10), *range(1990, 2000)])
+    capsys.readouterr()
+    assert main(["scan", ck, "--keys-only", "--object-store", store]) == 0  # read-only
+    assert capsys.readouterr().out == want
+    assert main(["put", ck, "x", "y", "--object-store", store]) == 3  # a writer is refused
+    assert "checkpoint of a tiered database" in capsys.readouterr().err
+    assert main(["detach", ck]) == 2  # the source's store is needed
+    assert main(["detach", ck, "--object-store", store]) == 0
+    assert main(["scan", ck, "--keys-only"]) == 0  # a local database now
+    assert capsys.readouterr().out.endswith(want)
+    assert main(["release", ck2, "--object-store", store]) == 0
+    assert not (tmp_path / "ck2").exists()
+    assert not list((tmp_path / "bucket" / "pins").glob("*"))

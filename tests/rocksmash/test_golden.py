@@ -13,17 +13,19 @@ import os
 import pytest
 
 from rocksmash.bloom import split_hash
+from rocksmash.checkpoint import read_checkpoint
 from rocksmash.cloud import MIRROR_FORMATS, CloudTier, WalObject, decode_object
 from rocksmash.log_format import read_records
 from rocksmash.data_cache import DataCache
 from rocksmash.env import LocalFile
 from rocksmash.manifest import load_manifest
 from rocksmash.meta_cache import decode_table_meta
+from rocksmash.pins import _decode as decode_pin
 from rocksmash.table import Table
 from rocksmash.wal import read_segment
 from rocksmash.write_batch import decode_batch
 
-from .golden import (EPOCH_DOC, MANIFEST_NUMBER, MIRROR3_DOC, MIRROR_DOC, OUT,
+from .golden import (CHECKPOINT_DOC, EPOCH_DOC, PIN_DOC, MANIFEST_NUMBER, MIRROR3_DOC, MIRROR_DOC, OUT,
                      RANGE_TABLE_ENTRIES, RANGE_TABLE_TOMBSTONES, TABLE_ENTRIES, WAL, WAL2,
                      WAL_FENCE_HEADER, WAL_RECORDS_HEADER, build)
 
@@ -121,6 +123,11 @@ def test_data_cache_decodes(tmp_path):
                                       ("mirror3.object", MIRROR3_DOC)])
 def test_cloud_objects_decode(name, doc):
     assert decode_object(open(golden(name), "rb").read(), name, MIRROR_FORMATS) == doc
+
+
+def test_pin_and_checkpoint_file_decode():
+    assert decode_pin(open(golden("pin.object"), "rb").read(), PIN_DOC["pin"]) == PIN_DOC
+    assert read_checkpoint(OUT) == CHECKPOINT_DOC
 
 
 def test_mirror_files_of_both_formats():

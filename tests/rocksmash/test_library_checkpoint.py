@@ -8,7 +8,6 @@ import os
 import shutil
 import tempfile
 import threading
-import uuid
 
 import hypothesis.strategies as st
 import pytest
@@ -107,14 +106,6 @@ def test_checkpoint_refusals(db, tmp_path):
     db.close()
     with pytest.raises(ClosedError):
         db.checkpoint(tmp_path / "ckpt")
-
-
-def test_tiered_database_checkpoint_is_refused_for_now(tmp_path):
-    with rocksmash.open(tmp_path / "db", background_processes=False,
-                        object_store=f"memory://{uuid.uuid4().hex}/db") as db:
-        with pytest.raises(InvalidArgumentError, match="tiered"):
-            db.checkpoint(tmp_path / "ckpt")
-    assert not (tmp_path / "ckpt").exists()
 
 
 OPS = st.lists(st.one_of(
