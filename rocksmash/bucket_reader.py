@@ -24,8 +24,12 @@ sequence number is only meaningful against the view it was taken in (the writer'
 compactions drop versions no reader of its own needs); new WAL records still arrive then.
 
 A table the writer compacted away and deleted while this view still names it makes a read
-fail; a ``get`` then refreshes and reads again, and if the view cannot move on (a
-snapshot or iterator is open) it raises UnavailableError saying so.
+fail with UnavailableError (not CorruptionError: nothing is damaged, the view is old). A
+``get`` then refreshes and reads again; if the view cannot move on (a snapshot or
+iterator is open) it raises UnavailableError saying so. An iterator or snapshot read
+that finds its table deleted raises it too: the writer keeps retired tables for
+``retired_object_grace`` (60 s), so one that stays open longer than that while the writer
+compacts may have to be opened again.
 
 The writer must ship its WAL (``wal_shipping`` other than ``"off"``): otherwise its mirror
 does not name its local tables, and a reader would miss them (InvalidArgumentError).
@@ -83,6 +87,7 @@ class BucketReader(ReadOnlyDB):
                             "reader_wal_objects": 0})
         assert self._cloud is not None
         self._cloud.db_id = None  # accept the bucket's database, whichever it is
+        self._cloud.tables_vanish = True
         #: Odd while a view swap is in progress (a seqlock for lock-free gets).
         self._view_gen = 0
         self._generation = 0  # the mirror generation of the view
@@ -303,7 +308,7 @@ class BucketReader(ReadOnlyDB):
             generation = self._generation
             try:
                 value = DB.get(self, key, default)
-            except CorruptionError as e:
+            except UnavailableError as e:
                 # A table of the view was deleted: the writer has moved on. Read again in
                 # the view of its newer mirror.
                 attempt += 1
@@ -316,7 +321,9 @@ class BucketReader(ReadOnlyDB):
                             "a table this reader's view names was deleted by the writer, "
                             "and the view cannot move to the writer's newer mirror while a "
                             "snapshot or iterator is open; close them and read again") from e
-                    raise  # no newer mirror: the bucket lost a table it names
+                    raise CorruptionError(  # no newer mirror names what the bucket lost
+                        f"object store: a table the newest mirror names is missing "
+                        f"({e})") from e.__cause__
                 continue
             if self._view_gen == gen:  # no swap meanwhile: one view answered
                 return value

@@ -182,18 +182,32 @@ class WalObject:
 
 
 class CloudFile:
-    """A RandomAccessFile over one object: each read is one ranged GET."""
+    """A RandomAccessFile over one object: each read is one ranged GET.
 
-    __slots__ = ("store", "key", "_size")
+    A missing object is a CorruptionError (a table the version names is gone), except
+    for a reader of another process's database (``vanishes``: bucket_reader.py), whose
+    view can name a table the writer has since retired and deleted: UnavailableError,
+    with the NotFoundError as its cause."""
 
-    def __init__(self, store: ObjectStore, key: str, size: int) -> None:
+    __slots__ = ("store", "key", "_size", "_vanishes")
+
+    def __init__(self, store: ObjectStore, key: str, size: int, vanishes: bool = False
+                 ) -> None:
         self.store = store
         self.key = key
         self._size = size
+        self._vanishes = vanishes
 
     def read(self, offset: int, size: int) -> bytes:
         try:
             return self.store.get(self.key, offset, offset + size)
+        except NotFoundError as e:
+            if self._vanishes:
+                raise UnavailableError(
+                    f"{self.key}: the writer has deleted this table (it left the writer's "
+                    f"version more than retired_object_grace ago); this reader's view has "
+                    f"moved on, so open the iterator or snapshot again") from e
+            raise store_errors(self.key, e) from e
         except StoreError as e:
             raise store_errors(self.key, e) from e
 
@@ -236,6 +250,9 @@ class CloudTier:
             self.metered, cloudtier.RetryPolicy(max_attempts=retries + 1))
             if retries else self.metered)
         self.epoch = 0
+        #: Another process writes the tables this tier reads (a bucket reader), so a
+        #: table may be deleted under a read: see CloudFile.
+        self.tables_vanish = False
         #: The database's identity, once claim_epoch has run.
         self.db_id: str | None = None
         self.generation = 0
@@ -594,7 +611,7 @@ class CloudTier:
     # ------------------------------------------------------------ objects
 
     def file(self, f: FileMeta) -> CloudFile:
-        return CloudFile(self.store, f.object_key, f.size)
+        return CloudFile(self.store, f.object_key, f.size, self.tables_vanish)
 
     def upload(self, path: str, key: str) -> None:
         with open(path, "rb") as fh:

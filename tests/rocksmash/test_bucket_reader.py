@@ -99,6 +99,29 @@ def test_an_open_iterator_holds_the_view_and_new_writes_still_arrive(tmp_path):
             assert dict(r.scan()) == {b"k%04d" % i: b"new" for i in range(200)}
 
 
+def test_an_iterator_outliving_the_grace_gets_unavailable_and_gets_read_on(tmp_path):
+    url = f"memory://reader-{uuid.uuid4().hex}"
+    with _writer(tmp_path, url, wal_shipping="sync", retired_object_grace=0,
+                 local_budget=0) as w:
+        for i in range(3000):
+            w.put(b"k%05d" % i, b"old%d" % i * 10)
+        w.compact_range()
+        # (a tiny DataCache and fetch window: the iterator must fetch as it goes)
+        with _reader(tmp_path, url, cache_size="64KiB", cloud_fetch_size="4KiB",
+                     block_cache_size="64KiB") as r:
+            it = r.scan()
+            assert next(it)[0] == b"k00000"
+            for i in range(3000):
+                w.put(b"k%05d" % i, b"new")
+            w.compact_range()  # every table the view names is retired and deleted
+            with pytest.raises(rocksmash.UnavailableError, match="retired_object_grace"):
+                for _ in it:
+                    pass
+            it.close()
+            assert r.get(b"k02999") == b"new"  # a get moves the view on and reads again
+            assert r.stats()["reader_swaps"] >= 2
+
+
 def test_a_reader_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(InvalidArgumentError, match="no database"):
         _reader(tmp_path, f"memory://reader-{uuid.uuid4().hex}")
