@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,s3-latency,failover,reconnect,service-profile} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,miss-cost,s3-latency,failover,reconnect,service-profile} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -495,6 +495,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.cache_model import main as cache_model_main
 
         return cache_model_main(argv[1:])
+    if argv and argv[0] == "miss-cost":  # a local block-cache miss, by piece; its own options
+        from bench.miss_cost import main as miss_cost_main
+
+        return miss_cost_main(argv[1:])
     if argv and argv[0] == "profile":  # one workload under a profiler; its own options
         from bench.profile import main as profile_main
 

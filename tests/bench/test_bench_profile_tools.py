@@ -6,6 +6,7 @@ import re
 
 from bench.cache_model import main as cache_model_main
 from bench.cache_model import simulate, simulate_tiers
+from bench.miss_cost import main as miss_cost_main
 from bench.profile import main as profile_main
 
 
@@ -49,3 +50,13 @@ def test_profile_runs_a_phase_and_prints_the_profile(capsys):
     out = capsys.readouterr().out
     assert "workload B: 2,000 operations" in out and "function calls" in out
     assert re.search(r"block_cache: [\d.]+% of", out)
+
+
+def test_miss_cost_prints_every_piece_for_each_compression(capsys):
+    assert miss_cost_main(["--records", "2000", "--reads", "200"]) == 0
+    out = capsys.readouterr().out
+    for comp in ("lz4", "none"):
+        assert re.search(rf"^{comp}: table [0-9.]+ MiB, 2,000 records", out, re.M)
+    for piece in ("pread", "crc", "Block()", "whole miss (pread)", "whole miss (mmap)",
+                  "cache insert"):
+        assert out.count(piece) >= 2, piece
