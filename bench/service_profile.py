@@ -47,7 +47,8 @@ __all__ = ["main"]
 
 #: Counters summed over the nodes and divided by the client operations of the run.
 PER_OP = ("quorum_rounds", "quorum_spares", "datalet_writes", "store_calls", "store_groups", "write_backs", "writes", "reads",
-          "ae_rounds", "ae_buckets", "ae_repaired")
+          "ae_rounds", "ae_buckets", "ae_repaired", "peer_read_rpcs", "peer_read_calls", "peer_write_rpcs",
+          "peer_write_calls")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--datalet", default="rocksmash")
     p.add_argument("--datalet-options", default='{"sync": true}', help="a JSON object")
     p.add_argument("--tuning", default="{}", help="a JSON object of bespokv.config.Tuning fields")
+    p.add_argument("--max-inflight", type=int, default=None,
+                   help="the client's Multi RPCs in flight per node (default: the client's, 1)")
     p.add_argument("--records", type=int, default=20_000)
     p.add_argument("--threads", type=int, default=64)
     p.add_argument("--seconds", type=float, default=10.0)
@@ -80,7 +83,7 @@ def _counters(status: Any) -> dict[str, float]:
 
 
 async def _run(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
-    client = cluster.async_client()
+    client = cluster.async_client(**({} if args.max_inflight is None else {"max_inflight": args.max_inflight}))
     await client.connect()
     try:
         value = b"v" * args.value_size
@@ -118,7 +121,7 @@ async def _run(args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
         cpu = _cpu_seconds(cluster.all_pids()) - cpu0
         after = _counters(await client.cluster_status())
         batches = [(b.batches, b.items) for b in client._batchers.values()]
-        return {"ops": done, "elapsed": elapsed, "cpu": cpu, "before": before, "after": after, "spy": spy,
+        return {"ops": done, "elapsed": elapsed, "cpu": cpu, "max_inflight": client.max_inflight, "before": before, "after": after, "spy": spy,
                 "ops_per_multi": sum(i for _, i in batches) / max(1, sum(n for n, _ in batches))}
     finally:
         await client.close()
@@ -187,9 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with LocalCluster(3, mode=args.mode, datalet=spec, tuning=tuning) as cluster:
         res = asyncio.run(_run(args, cluster))
     ops, elapsed = res["ops"], res["elapsed"]
+    client_inflight = res["max_inflight"]
     print(f"{args.mode} on {args.datalet} {args.datalet_options}: {ops} ops in {elapsed:.1f} s = "
           f"{ops / elapsed:,.0f} ops/s ({args.threads} tasks, read fraction {args.read_fraction}, "
-          f"tuning {args.tuning}); "
+          f"tuning {args.tuning}, client max_inflight {client_inflight}); "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"node CPU per client op: {1000 * res['cpu'] / max(1, ops):.2f} ms (all node processes; "
           f"the figure to compare on a shared machine)")

@@ -61,6 +61,15 @@ from bespokv.shardmap import NodeInfo, ShardInfo, ShardMap
 
 __all__ = ["AsyncClient", "Client", "CasResult"]
 
+#: ``Multi`` RPCs in flight per node, for reads and as many for writes. 1: operations
+#: that arrive while one is in flight ride in the next, so batches are bigger and RPCs
+#: fewer, and each RPC costs the nodes CPU whatever it carries (a peer round for each, in
+#: aa-sc). With 64 tasks on the shared 2-core machine (load 15-19), 1 instead of 2 gave
+#: aa-sc (rocksmash, fsync on) 1.7-2.0x the throughput at half the node CPU per
+#: operation, ms-sc 1.3-1.4x, ms-ec 1.2x, aa-ec 1.05x, and no loss with 8 tasks
+#: (``python -m bench service-profile --max-inflight N``; docs/benchmarks.md).
+MAX_INFLIGHT = 1
+
 T = TypeVar("T")
 Op = tuple[bytes, bytes | None]
 
@@ -114,7 +123,7 @@ class AsyncClient:
         read_from: str = "primary",
         batching: bool = True,
         max_batch: int = 256,
-        max_inflight: int = 2,
+        max_inflight: int = MAX_INFLIGHT,
         limits: Limits | None = None,
         seed: int | None = None,
         watch: bool = True,

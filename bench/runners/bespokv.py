@@ -21,7 +21,7 @@ name that runs, e.g. ``--opt bespokv-ms-sc.datalet=rocksmash``):
 ``shards``          shards (default: one per node, so each node heads one shard)
 ``mode``            the controlet, for plain ``bespokv`` (ms-sc, ms-ec, aa-sc, aa-ec)
 ``tuning``          a JSON object of :class:`bespokv.config.Tuning` fields
-client keys         ``max_batch`` (256), ``max_inflight`` (2), ``read_from`` (primary),
+client keys         ``max_batch`` (256), ``max_inflight`` (1), ``read_from`` (primary),
                     ``batching`` (true), ``timeout`` (10 s), ``retries`` (8): passed to
                     the :class:`~bespokv.AsyncClient`
 ==================  ==========================================================================

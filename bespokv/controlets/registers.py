@@ -567,7 +567,13 @@ class VersionedControlet(Controlet):
             b.close()
 
     def extra_stats(self) -> dict[str, Any]:
-        return dict(self.stats)
+        out: dict[str, Any] = dict(self.stats)
+        # peer RPCs this replica sent, and the calls they carried (batching)
+        out["peer_read_rpcs"] = sum(b.batches for b in self._readers.values())
+        out["peer_read_calls"] = sum(b.items for b in self._readers.values())
+        out["peer_write_rpcs"] = sum(b.batches for b in self._writers.values())
+        out["peer_write_calls"] = sum(b.items for b in self._writers.values())
+        return out
 
 
 def _silence(t: asyncio.Future[Any]) -> None:
