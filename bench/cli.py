@@ -284,7 +284,7 @@ def _add_tiering(sub: Any) -> None:
     g = t.add_argument_group("what to run")
     g.add_argument("--config", "-c", action="append", metavar="NAME",
                    help=f"configuration(s), repeat or comma-separate: {', '.join(CONFIGURATIONS)} "
-                        "(default: all but tiered-one-budget)")
+                        "(default: all but tiered-one-budget and tiered-keys)")
     g.add_argument("--workload", "-w", action="append", metavar="W",
                    help="YCSB workload(s), repeat or comma-separate (default: b,c)")
     g.add_argument("--records", "-r", type=_typed(parse_count, "count"), default=1_000_000,

@@ -78,14 +78,19 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "tiered-one-budget": ("rocksmash", {"compaction_aware_cache": True, "cache_size": "rest"},
                           "tiered with one local budget (cache_size=\"rest\"): local_budget is "
                           "--local-budget plus --cache-size, shared by tables and caches"),
+    "tiered-keys": ("rocksmash", {"compaction_aware_cache": True, "key_cache_size": "75%"},
+                    "tiered with the key cache: 75% of --cache-size holds rows of cloud "
+                    "tables (key_cache_size), the DataCache the rest"),
     "all-local": ("rocksmash-local", {},
                   "rocksmash with everything on local disk (the reference)"),
     "slatedb": ("slatedb", {},
                 "SlateDB on the same endpoint and proxy, on-disk cache of the same local bytes"),
 }
 
-#: What runs without --config: all but tiered-one-budget (asked for by name).
-DEFAULT_CONFIGURATIONS = [c for c in CONFIGURATIONS if c != "tiered-one-budget"]
+#: What runs without --config: all but tiered-one-budget and tiered-keys (asked for by
+#: name).
+DEFAULT_CONFIGURATIONS = [c for c in CONFIGURATIONS if c not in ("tiered-one-budget",
+                                                                 "tiered-keys")]
 
 #: Records per write batch when loading and rewriting.
 _BATCH = 1000
@@ -226,6 +231,7 @@ def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
         "proxy_requests": d.get("proxy_requests"),
         "proxy_requests_per_1k_ops": per_k(d.get("proxy_requests"), ops),
         "data_cache_hit_ratio": _ratio(d.get("dc_hits"), d.get("dc_misses")),
+        "key_cache_hit_ratio": _ratio(d.get("kc_hits"), d.get("kc_misses")),
         "block_cache_hit_ratio": _ratio(d.get("bc_hits"), d.get("bc_misses")),
         "local_hit_ratio": _local_hit_ratio(d),
         "not_found": summary.get("not_found"), "stopped_early": summary.get("stopped_early"),

@@ -1,19 +1,42 @@
 """Compaction-aware caching: a compaction into the cloud levels warms the DataCache with
-the hot parts of its output, from the local copies it has just written (no fetch), so hot
-keys stay cached across compactions (docs/cloud.md, "Compaction-aware caching").
+the hot parts of its output, and the key cache with the rows its inputs had there, from
+the local copies it has just written (no fetch), so hot keys stay cached across
+compactions (docs/cloud.md, "Compaction-aware caching").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
+from .block import Block, decode_stored
+from .key_cache import MAX_SEQ, newest_version, row_bytes
 from .version import CLOUD, FileMeta
 
 if TYPE_CHECKING:
     from .data_cache import DataCache
+    from .key_cache import KeyCache
     from .table import Table
 
-__all__ = ["hot_ranges", "fill"]
+__all__ = ["Heat", "collect", "hot_ranges", "fill", "fill_rows"]
+
+
+class Heat(NamedTuple):
+    """What a compaction carries over: hot key ranges (blocks) and hot keys (rows)."""
+
+    ranges: list[tuple[bytes, bytes, int]]
+    rows: list[tuple[bytes, int]]
+
+
+def collect(inputs: Iterable[FileMeta], dc: "DataCache") -> Heat:
+    """The heat of a compaction's inputs, read before they are retired: their hot block
+    ranges (:func:`hot_ranges`) and every row they have in the key cache, with its heat
+    (a row is there because it was read from the cloud; its hits rank it)."""
+    inputs = list(inputs)
+    kc = dc.rows
+    rows = ([r for f in inputs if f.tier == CLOUD for r in kc.rows(f.number)]
+            if kc is not None else [])
+    return Heat(hot_ranges(inputs, dc), rows)
 
 
 def hot_ranges(inputs: Iterable[FileMeta], dc: "DataCache") -> list[tuple[bytes, bytes, int]]:
@@ -33,12 +56,60 @@ def hot_ranges(inputs: Iterable[FileMeta], dc: "DataCache") -> list[tuple[bytes,
     return ranges
 
 
-def fill(dc: "DataCache", tables: dict[int, "Table"], hot: list[tuple[bytes, bytes, int]]
-         ) -> int:
+def fill(dc: "DataCache", tables: dict[int, "Table"], hot: Heat) -> int:
     """Put blocks of the new cloud ``tables`` (number -> a readable local copy) into the
-    data cache; return how many. First the blocks overlapping ``hot`` ranges, hottest
+    data cache, and the rows of ``hot.rows`` into the key cache (:func:`fill_rows`);
+    return how many entries. Blocks: first those overlapping ``hot.ranges``, hottest
     first, up to three quarters of the cache (forcing more would evict the hottest ones it
     just put in); then any others while the cache has spare room, evicting nothing."""
+    filled = fill_rows(dc.rows, tables, hot.rows) if dc.rows is not None else 0
+    return filled + _fill_blocks(dc, tables, hot.ranges)
+
+
+def fill_rows(kc: "KeyCache", tables: dict[int, "Table"], rows: list[tuple[bytes, int]]
+              ) -> int:
+    """Put the newest version in the new ``tables`` of each key of ``rows`` (key, heat)
+    into the key cache under its new table; return how many. Hot ones (heat > 0) first,
+    hottest first, with an eviction credit, up to three quarters of the key cache; the
+    others while it has room. A key that no new table holds (dropped at the bottom
+    level) gets no entry."""
+    if not rows or not tables:
+        return 0
+    order = sorted(tables, key=lambda n: tables[n].index_keys[-1] if tables[n].nblocks else b"")
+    lasts = [tables[n].index_keys[-1] if tables[n].nblocks else b"" for n in order]
+    found: list[tuple[int, int, bytes, int, bytes | None]] = []  # -heat, table, key, seq, v
+    decoded: dict[tuple[int, int], Block] = {}
+    for key, heat in sorted(rows):
+        k = bisect_left(lasts, key)
+        if k == len(order):
+            continue
+        number = order[k]
+        t = tables[number]
+        i = t.block_for(key)
+        if i is None:
+            continue
+        blk = decoded.get((number, i))
+        if blk is None:
+            decoded.clear()  # keys come sorted: one block at a time is enough
+            blk = decoded[(number, i)] = Block(decode_stored(memoryview(t.fetch(i)),
+                                                             f"{t.name} block {i}"))
+        e = newest_version(blk, key, MAX_SEQ)
+        if e is not None:
+            found.append((-heat, number, key, e[0], e[1]))
+    found.sort(key=lambda r: r[0])
+    budget = kc.capacity * 3 // 4
+    filled = 0
+    for neg, number, key, seq, value in found:
+        size = row_bytes(key, value)
+        hot = neg < 0 and size <= budget
+        if hot:
+            budget -= size
+        filled += kc.put(number, key, seq, value, force=hot, if_room=not hot)
+    return filled
+
+
+def _fill_blocks(dc: "DataCache", tables: dict[int, "Table"],
+                 hot: list[tuple[bytes, bytes, int]]) -> int:
     heat: dict[tuple[int, int], int] = {}
     for number, t in tables.items():
         for lo, hi, h in hot:

@@ -198,6 +198,9 @@ class DataCache:
         self._evicted = self._relocated = self._corrupt = 0
         #: How the index was rebuilt at open: "index" (INDEX file) or "scan".
         self.opened_from = ""
+        #: The key cache of the same tables (key_cache.py), or None: tables read through
+        #: it, and it follows this cache's drop_table and close.
+        self.rows: Any = None
         try:
             self._open_segments()
             with self._lock:
@@ -314,8 +317,11 @@ class DataCache:
             return True
 
     def drop_table(self, table: int) -> None:
-        """Forget every block of ``table`` (it left the database). The bytes are freed
-        when their segments are reclaimed; a tombstone keeps a rescan from reviving them."""
+        """Forget every block of ``table`` (it left the database), and its rows in the key
+        cache. The bytes are freed when their segments are reclaimed; a tombstone keeps a
+        rescan from reviving them."""
+        if self.rows is not None:
+            self.rows.drop_table(table)
         with self._lock:
             if self._closed:
                 raise ClosedError("data cache is closed")
@@ -448,6 +454,26 @@ class DataCache:
                 return []
             return sorted(b for b, e in blocks.items() if e[_HITS] or e[_FREQ])
 
+    def peek(self, table: int, block: int) -> bytes | None:
+        """Block ``block`` of ``table`` if cached and intact (CRC checked), counting no
+        hit or miss (compaction reading what to carry over)."""
+        with self._lock:
+            blocks = self._index.get(table)
+            e = blocks.get(block) if blocks is not None else None
+            if e is None:
+                return None
+            seg, off, n = e[_SEG], e[_OFF], e[_LEN]
+        rec = _read_record(seg, table, block, off, n)
+        return None if rec is None else rec[RECORD_HEADER_SIZE:]
+
+    def credit(self, table: int, block: int) -> int:
+        """1 if the entry holds an eviction credit (hit, or put with ``force``, since the
+        last reclaim of its segment), else 0."""
+        with self._lock:
+            blocks = self._index.get(table)
+            e = blocks.get(block) if blocks is not None else None
+            return 1 if e is not None and e[_FREQ] else 0
+
     def hotness(self, table: int, block: int) -> int:
         """Hits on this block since it was admitted (0 if it is not cached)."""
         with self._lock:
@@ -570,7 +596,9 @@ class DataCache:
 
     def close(self) -> None:
         """Fsync the segments written since open, write ``INDEX``, release everything.
-        A second call does nothing."""
+        A second call does nothing. Closes the key cache too."""
+        if self.rows is not None:
+            self.rows.close()
         with self._lock:
             if self._closed:
                 return

@@ -27,7 +27,7 @@ import weakref
 from bisect import bisect_left
 from typing import Any, Callable, Iterator
 
-from . import cache_fill, filenames
+from . import cache_fill, filenames, key_cache
 from .block_cache import BlockCache
 from .checkpoint import make_checkpoint
 from .bloom import key_hash, split_hash
@@ -274,6 +274,8 @@ class DB:
                                           opts.cache_size) if opts.cache_size != "rest" else
                                 DataCache(os.path.join(self.path, "cloud-cache"), 1 << 62,
                                           segment_size=4 << 20))
+            key_cache.attach(self._data_cache, os.path.join(self.path, "cloud-rows"),
+                             opts.cache_size if opts.cache_size != "rest" else 1 << 62, opts)
             self._pub = Publication(self._cloud, self.path, self._data_cache,
                                     self._meta_cache, self._stats, self._shipping != "off",
                                     opts.retired_object_grace)
@@ -1114,8 +1116,8 @@ class DB:
         cloud = self._cloud
         to_cloud = (cloud is not None
                     and c.output_level >= first_cloud_level(self._version, self.options))
-        hot = (cache_fill.hot_ranges((f for _, f in c.inputs), self._data_cache)
-               if to_cloud and self.options.compaction_aware_cache else [])
+        hot = (cache_fill.collect((f for _, f in c.inputs), self._data_cache)
+               if to_cloud and self.options.compaction_aware_cache else None)
         edit = VersionEdit(deleted=[(lvl, f.number) for lvl, f in c.inputs])
         outputs: list[FileMeta] = []
         # (table number, a readable local copy, its temporary path or None)
@@ -1132,7 +1134,7 @@ class DB:
                 outputs = self._merge(c, to_cloud, fills)
             edit.added = [(c.output_level, f) for f in outputs]
             self._install(c, edit, outputs)
-            if self.options.compaction_aware_cache and fills:
+            if hot is not None and fills:
                 self._stats["cache_fills_by_compaction"] += cache_fill.fill(
                     self._data_cache, {n: t for n, t, _ in fills}, hot)
         finally:
@@ -1149,10 +1151,11 @@ class DB:
         local = sum(f.size for f in files if f.tier == LOCAL)
         meta = self._meta_cache.total_bytes()
         dc = self._data_cache.stats()
+        rows = self._data_cache.rows.stats()["disk_bytes"] if self._data_cache.rows else 0
         return {"budget": self.options.budget_for(total), "local_tables": local,
                 "meta_cache": meta, "data_cache": dc["disk_bytes"],
-                "data_cache_capacity": dc["capacity"],
-                "total": local + meta + dc["disk_bytes"], "table_bytes": total}
+                "data_cache_capacity": dc["capacity"], "key_cache": rows,
+                "total": local + meta + dc["disk_bytes"] + rows, "table_bytes": total}
 
     def _fit_data_cache(self) -> None:
         """With one local budget (``cache_size="rest"``), give the DataCache what the
@@ -1160,8 +1163,8 @@ class DB:
         if self._cloud is None or self.options.cache_size != "rest":
             return
         f = self._footprint()
-        self._data_cache.set_capacity(self.options.data_cache_bytes(
-            f["table_bytes"], f["local_tables"], f["meta_cache"]))
+        key_cache.fit(self._data_cache, self.options.data_cache_bytes(
+            f["table_bytes"], f["local_tables"], f["meta_cache"]), self.options)
 
     def _install(self, c: Compaction, edit: VersionEdit, outputs: list[FileMeta]) -> None:
         """Log ``edit``, swap in the new version, publish the mirror, retire the inputs."""
@@ -1368,6 +1371,8 @@ class DB:
                     "meta_bytes_pct_of_cloud": (100.0 * meta_bytes / cloud_bytes
                                                 if cloud_bytes else 0.0),
                     "data_cache": self._data_cache.stats(),
+                    "key_cache": (self._data_cache.rows.stats() if self._data_cache.rows
+                                  else None),
                     "footprint": self._footprint(),
                     "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._pub.dead),  # type: ignore[union-attr]

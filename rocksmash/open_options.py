@@ -199,9 +199,20 @@ class OpenOptions(TypedDict, total=False):
     in flight (0: no background fetches; reads still run in parallel in the caller's
     threads). Default: ``16``."""
 
+    key_cache_size: Any
+    """Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves)
+    given to the key cache (key_cache.py: rows of cloud tables read from the object
+    store, on local disk, so a hot key's read needs neither its block nor a GET), as a
+    share ("75%") or a size; the DataCache gets the rest (at least MIN_REST_CACHE). Rows
+    keep heat that blocks cannot: under a scrambled zipfian every block mixes a few hot
+    keys with many cold ones (decisions 0018 and 0024). Off by default until measured at
+    the issue's scale (docs/benchmarks.md, "tiering at a small footprint"). Default:
+    ``0``."""
+
     compaction_aware_cache: bool
-    """Compaction writes the hot parts of its cloud output straight into the DataCache (it
-    has the bytes), so hot keys stay cached across compactions. Default: ``True``."""
+    """Compaction writes the hot parts of its cloud output straight into the DataCache (and
+    the hot rows into the key cache; it has the bytes), so hot keys stay cached across
+    compactions. Default: ``True``."""
 
     fencing_check_interval: float | str
     """How often a tiered writer checks that no other writer has claimed its prefix (one
@@ -265,7 +276,8 @@ HELP: dict[str, tuple[str, str]] = {
     'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),
     'cloud_fetch_threads': ('16', "Threads that fetch cloud blocks in the background: a multi_get's misses all at once, and a scan's next blocks ahead of it. A miss waits a round trip (about 20-30 ms) while the GIL is free, so throughput at a small local footprint comes from many GETs in flight (0: no background fetches; reads still run in parallel in the caller's threads)."),
-    'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (it has the bytes), so hot keys stay cached across compactions.'),
+    'key_cache_size': ('0', 'Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves) given to the key cache (key_cache.py: rows of cloud tables read from the object store, on local disk, so a hot key\'s read needs neither its block nor a GET), as a share ("75%") or a size; the DataCache gets the rest (at least MIN_REST_CACHE). Rows keep heat that blocks cannot: under a scrambled zipfian every block mixes a few hot keys with many cold ones (decisions 0018 and 0024). Off by default until measured at the issue\'s scale (docs/benchmarks.md, "tiering at a small footprint").'),
+    'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (and the hot rows into the key cache; it has the bytes), so hot keys stay cached across compactions.'),
     'fencing_check_interval': ("'1s'", 'How often a tiered writer checks that no other writer has claimed its prefix (one GET of the epoch object; also done at every flush). A fenced writer\'s writes raise FencedError from then on; writes it acknowledged in between may be lost (see docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.'),
     'wal_shipping': ("'interval'", 'The extended WAL: how the WAL reaches the object store, so that a writer whose local disk is lost reopens from the bucket with every write the mode promises (local tables are backed up to the bucket too, except with "off"). "sync": a sync=True write returns once its record is in the bucket (one PUT covers every writer waiting). "interval": new records are shipped every wal_ship_interval (the loss window), one PUT per interval while writes come in. "sealed": a segment is shipped when its memtable fills. "off": nothing but the cloud levels is in the bucket (the local levels and the WAL are lost with the disk). With "sync" and "interval" the shipments also fence (a writer that lost the prefix fails its next one), so the fencing_check_interval check is off. See docs/cloud.md, "WAL shipping".'),
     'wal_ship_interval': ("'0.1s'", "100 ms: SlateDB's default; one PUT per interval costs about $130 a month on S3."),

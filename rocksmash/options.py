@@ -69,6 +69,12 @@ def _share_or_size(value: Any, whole: int, name: str) -> int:
 MIN_REST_CACHE = 256 << 10
 
 
+#: The smallest key cache (when it is on): room for a few hundred rows.
+MIN_KEY_CACHE = 64 << 10
+#: What a key cache must leave the DataCache of a fixed ``cache_size``: a few blocks.
+MIN_SHARED_DATA_CACHE = 16 << 10
+
+
 def _size(default: int) -> Any:
     return field(default=default, metadata={"size": True})
 
@@ -191,8 +197,17 @@ class Options:
     # from many GETs in flight (0: no background fetches; reads still run in parallel
     # in the caller's threads).
     cloud_fetch_threads: int = 16
+    # Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves)
+    # given to the key cache (key_cache.py: rows of cloud tables read from the object
+    # store, on local disk, so a hot key's read needs neither its block nor a GET), as a
+    # share ("75%") or a size; the DataCache gets the rest (at least MIN_REST_CACHE).
+    # Rows keep heat that blocks cannot: under a scrambled zipfian every block mixes a few
+    # hot keys with many cold ones (decisions 0018 and 0024). Off by default until
+    # measured at the issue's scale (docs/benchmarks.md, "tiering at a small footprint").
+    key_cache_size: Any = 0
     # Compaction writes the hot parts of its cloud output straight into the DataCache
-    # (it has the bytes), so hot keys stay cached across compactions.
+    # (and the hot rows into the key cache; it has the bytes), so hot keys stay cached
+    # across compactions.
     compaction_aware_cache: bool = True
     # How often a tiered writer checks that no other writer has claimed its prefix (one
     # GET of the epoch object; also done at every flush). A fenced writer's writes raise
@@ -297,6 +312,7 @@ class Options:
             raise InvalidArgumentError("stall_timeout: must be > 0")
         self.budget_for(0)  # validates local_budget
         self.row_cache_bytes()  # validates row_cache_size
+        self.cloud_cache_split(self.cache_size if self.cache_size != "rest" else MIN_REST_CACHE)
 
     def row_cache_bytes(self) -> int:
         """The row cache's share of ``block_cache_size``, in bytes (see the option)."""
@@ -314,6 +330,24 @@ class Options:
             return int(self.cache_size)
         rest = self.budget_for(total_table_bytes) - local_table_bytes - meta_bytes
         return max(MIN_REST_CACHE, rest)
+
+    def cloud_cache_split(self, cache_bytes: int) -> tuple[int, int]:
+        """``(DataCache, key cache)`` capacities out of ``cache_bytes`` of cloud cache
+        (``key_cache_size`` of it for the key cache, 0: none). With a fixed ``cache_size``
+        the key cache must leave the DataCache MIN_SHARED_DATA_CACHE; with "rest" it is
+        cut to leave MIN_REST_CACHE (and gets at least MIN_KEY_CACHE)."""
+        n = _share_or_size(self.key_cache_size, cache_bytes, "key_cache_size")
+        if not n:
+            return cache_bytes, 0
+        if self.cache_size != "rest":
+            if n > cache_bytes - MIN_SHARED_DATA_CACHE:
+                raise InvalidArgumentError(
+                    f"key_cache_size ({n} bytes) must leave the DataCache at least "
+                    f"{MIN_SHARED_DATA_CACHE} bytes of cache_size ({cache_bytes}); it is a "
+                    f"part of it")
+            return cache_bytes - n, n
+        n = max(MIN_KEY_CACHE, min(n, cache_bytes - MIN_REST_CACHE))
+        return max(MIN_REST_CACHE, cache_bytes - n), n
 
     def budget_for(self, total_table_bytes: int) -> int:
         """The local byte budget when the database holds ``total_table_bytes``."""

@@ -7,7 +7,7 @@ misses read one after another costs N round trips, read together about one. The 
 path itself stays the plain serial :meth:`DB.get` (one code path for values, shadowing
 and snapshots); this module only decides which blocks to warm. For each key it walks
 the tables a get would visit, in the same order, and stops at the first table that holds
-the key locally (block cache, DataCache or a local table: nothing to fetch) or whose
+the key locally (block cache, key cache, DataCache or a local table: nothing to fetch) or whose
 block would need a GET (that block is fetched; deeper levels are not, as the key is
 most likely there). A guess that turns out wrong costs nothing but the serial read's own
 GET for a deeper level.
@@ -36,7 +36,7 @@ def _first_fetch(version: Version, key: bytes, seq: int, word: int, mi: int
         i = t.block_for(key)
         if i is None:
             continue
-        if t.needs_fetch(i):
+        if t.needs_fetch(i) and not (t.rows is not None and t.rows.contains(t.number, key)):
             return t, i
         if t.get(key, seq, word, mi) is not MISSING:
             return None  # found locally

@@ -14,6 +14,7 @@ from threading import Event, Lock
 from typing import Any, Callable, Iterator, Sequence
 
 from .block import Block, TRAILER_SIZE, decode_stored
+from . import key_cache
 from .block_cache import BlockCache
 from .bloom import BloomFilter
 from .env import RandomAccessFile
@@ -123,7 +124,7 @@ class Table:
     __slots__ = ("number", "file", "cache", "data_cache", "index_keys", "offsets", "sizes",
                  "nblocks", "filter", "fwords", "fnwords", "fmasks", "props", "max_seq",
                  "name", "data_end", "blocks", "refs", "unique", "fetch_size", "ranges",
-                 "loading", "prefetch", "__weakref__")
+                 "loading", "prefetch", "rows", "__weakref__")
 
     def __init__(self, number: int, file: RandomAccessFile, cache: BlockCache | None,
                  name: str = "", meta: TableMeta | None = None,
@@ -138,6 +139,8 @@ class Table:
         self.file = file
         self.cache = cache
         self.data_cache = data_cache
+        #: The key cache of a cloud table (key_cache.py): rows read before the block.
+        self.rows = getattr(data_cache, "rows", None)
         self.name = name or f"table {number}"
         if meta is None:
             meta = read_table_meta(file, self.name)
@@ -383,6 +386,8 @@ class Table:
             return MISSING
         blk = self.blocks[i]
         if blk is None:
+            if self.rows is not None:
+                return key_cache.lookup(self, key, seq, i)
             blk = self.block(i)
         else:
             self.refs[i] = 1
@@ -410,6 +415,8 @@ class Table:
         i = bisect_left(self.index_keys, key)
         if i == self.nblocks:
             return None
+        if self.rows is not None and self.blocks[i] is None:
+            return key_cache.lookup_entry(self, key, seq, i)
         blk = self.block(i)
         keys, seqs = blk.keys, blk.seqs
         j = bisect_left(keys, key)

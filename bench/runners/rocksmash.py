@@ -135,6 +135,9 @@ class RocksmashRunner(Runner):
         if dc:
             out["dc_hits"], out["dc_misses"] = dc["hits"], dc["misses"]
             out["fills"] = raw.get("cache_fills_by_compaction", 0)
+        kc = (raw.get("cloud") or {}).get("key_cache")
+        if kc:
+            out["kc_hits"], out["kc_misses"] = kc["hits"], kc["misses"]
         return out
 
     def tier_shape(self, stats: RunnerStats) -> dict[str, Any]:
@@ -150,6 +153,7 @@ class RocksmashRunner(Runner):
                 "meta_cache_bytes": cloud.get("meta_cache_bytes"),
                 "meta_bytes_pct_of_cloud": cloud.get("meta_bytes_pct_of_cloud"),
                 "data_cache_bytes": (cloud.get("data_cache") or {}).get("bytes"),
+                "key_cache_bytes": (cloud.get("key_cache") or {}).get("disk_bytes"),
                 "block_cache_used": (raw.get("block_cache") or {}).get("used"),
                 "levels": [[lv["level"], lv["files"], lv["bytes"]]
                            for lv in raw.get("levels", []) if lv["files"]]}

@@ -246,6 +246,34 @@ TestModelCloudOneBudget = DBModelCloudOneBudget.TestCase
 TestModelCloudOneBudget.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 8))
 
 
+class DBModelCloudKeys(DBModelCloud):
+    """With the key cache (key_cache.py) and no block cache, so every read of a cloud
+    table asks the key cache first; small enough (8 KiB, 4 KiB segments) to evict. A row
+    served for the wrong table, across a write, a delete, a range delete, a flush or a
+    compaction, or to a snapshot older than the row, fails the model."""
+
+    options = dict(SMALL, background_processes=False, local_budget=0,
+                   cloud_target_file_size=4096, cache_size="32KiB", key_cache_size="8KiB",
+                   block_cache_size=0)
+
+    @rule(k=KEYS)
+    def get_twice(self, k):
+        """A second read of a row: from the key cache if the first one filled it."""
+        assert self.db.get(k) == self.model.get(k)
+        assert self.db.get(k) == self.model.get(k)
+
+    @rule()
+    def read_everything(self):
+        """Every key read: the key cache then holds rows of every table, so any later
+        write that lands in a cloud table above them must not be answered by them."""
+        for k in list(self.model) + [b"absent"]:
+            assert self.db.get(k) == self.model.get(k)
+
+
+TestModelCloudKeys = DBModelCloudKeys.TestCase
+TestModelCloudKeys.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 8))
+
+
 class DBModelCloudFiles(DBModel):
     """A file:// object store, uploads done by worker processes, a 10% local budget."""
 
