@@ -466,6 +466,19 @@ class DataCache:
         rec = _read_record(seg, table, block, off, n)
         return None if rec is None else rec[RECORD_HEADER_SIZE:]
 
+    def touch(self, table: int, block: int) -> bool:
+        """Count a use of a cached entry that was answered elsewhere (a hit and a credit,
+        but not in the hit counters); return whether it is cached."""
+        with self._lock:
+            blocks = self._index.get(table)
+            e = blocks.get(block) if blocks is not None else None
+            if e is None:
+                return False
+            e[_HITS] += 1
+            if e[_FREQ] < MAX_FREQ:
+                e[_FREQ] += 1
+            return True
+
     def credit(self, table: int, block: int) -> int:
         """1 if the entry holds an eviction credit (hit, or put with ``force``, since the
         last reclaim of its segment), else 0."""

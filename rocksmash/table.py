@@ -392,6 +392,8 @@ class Table:
         else:
             self.refs[i] = 1
             self.cache.hits += 1  # type: ignore[union-attr]  # (blocks are cached only with a cache)
+            if self.rows is not None:  # a cloud table: the key cache samples its heat
+                key_cache.sample(self, key, blk)
         keys = blk.keys
         j = bisect_left(keys, key)
         if j == len(keys) or keys[j] != key:

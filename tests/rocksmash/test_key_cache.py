@@ -209,3 +209,31 @@ def test_a_row_newer_than_a_snapshot_is_not_served_to_it(tmp_path):
         assert snap.get(b"k") == b"old"
         assert snap.get(b"k") == b"old"
         snap.close()
+
+
+def test_keys_the_block_cache_answers_are_sampled_and_survive_a_compaction(tmp_path):
+    """With a block cache that holds every block, the key cache sees a hot key's reads
+    only by sampling (one block-cache hit in SAMPLE_EVERY); that is enough for the hot
+    keys to be there, and to follow the full compaction that empties the block cache of
+    the old tables, so they read back with 0 GETs."""
+    n = 20000
+    hot = list(range(0, n, 97))
+    opts = dict(OPTS, object_store=f"memory://{uuid.uuid4().hex}/db", key_cache_size="90%",
+                block_cache_size="8MiB")  # (a DataCache of 26 KiB: too small for the blocks)
+    with rocksmash.open(tmp_path / "db", **opts) as db:
+        for lo in range(0, n, 1000):
+            db.update({b"key%06d" % i: _value(i, 1) for i in range(lo, lo + 1000)})
+        db.compact_range()
+        assert sum(1 for _ in db.scan()) == n  # every block into the block cache, no row
+        assert db.stats()["cloud"]["key_cache"]["entries"] == 0
+        for _ in range(8):  # 207 keys a round: the sampled ones rotate through all
+            for i in hot:
+                assert db.get(b"key%06d" % i) == _value(i, 1)
+        kc = db.stats()["cloud"]["key_cache"]
+        assert kc["sampled"] >= 7 * len(hot) // 4 - 1 and kc["entries"] >= len(hot)
+        db.update({b"key%06d" % i: _value(i, 2) for i in range(0, n, 3)})
+        db.compact_range()
+        before = _gets(db)
+        for i in hot:
+            assert db.get(b"key%06d" % i) == _value(i, 2 if i % 3 == 0 else 1)
+        assert _gets(db) == before

@@ -247,14 +247,14 @@ TestModelCloudOneBudget.settings = settings(SETTINGS, max_examples=max(1, EXAMPL
 
 
 class DBModelCloudKeys(DBModelCloud):
-    """With the key cache (key_cache.py) and no block cache, so every read of a cloud
-    table asks the key cache first; small enough (8 KiB, 4 KiB segments) to evict. A row
-    served for the wrong table, across a write, a delete, a range delete, a flush or a
-    compaction, or to a snapshot older than the row, fails the model."""
+    """With the key cache (key_cache.py) and a block cache of a few blocks, so reads of
+    cloud tables ask the key cache, or are sampled into it from the block cache; small
+    enough (8 KiB, 4 KiB segments) to evict. A row served for the wrong table, across a
+    write, a delete, a range delete, a flush or a compaction, fails the model."""
 
     options = dict(SMALL, background_processes=False, local_budget=0,
                    cloud_target_file_size=4096, cache_size="32KiB", key_cache_size="8KiB",
-                   block_cache_size=0)
+                   block_cache_size="2KiB")
 
     @rule(k=KEYS)
     def get_twice(self, k):
@@ -271,7 +271,7 @@ class DBModelCloudKeys(DBModelCloud):
 
 
 TestModelCloudKeys = DBModelCloudKeys.TestCase
-TestModelCloudKeys.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 8))
+TestModelCloudKeys.settings = settings(SETTINGS, max_examples=max(1, EXAMPLES // 12))
 
 
 class DBModelCloudFiles(DBModel):
