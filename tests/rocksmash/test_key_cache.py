@@ -229,6 +229,7 @@ def test_keys_the_block_cache_answers_are_sampled_and_survive_a_compaction(tmp_p
         for _ in range(8):  # 207 keys a round: the sampled ones rotate through all
             for i in hot:
                 assert db.get(b"key%06d" % i) == _value(i, 1)
+        assert db._data_cache.rows.wait_for_writes(60)  # (sampled rows: fetch threads)
         kc = db.stats()["cloud"]["key_cache"]
         assert kc["sampled"] >= 7 * len(hot) // 4 - 1 and kc["entries"] >= len(hot)
         db.update({b"key%06d" % i: _value(i, 2) for i in range(0, n, 3)})
