@@ -231,7 +231,7 @@ def detach_checkpoint(path: str | os.PathLike[str], object_store: Any, *,
                             db_id=state.db_id).close()
             _remove(os.path.join(path, filenames.manifest_name(state.manifest_number)))
         delete_pin(cloud, doc["pin"])  # (before the file: a rerun must still find it)
-        for cache in ("cloud-meta", "cloud-cache"):
+        for cache in filenames.CLOUD_CACHES:
             shutil.rmtree(os.path.join(path, cache), ignore_errors=True)
         os.unlink(os.path.join(path, filenames.CHECKPOINT))
         POSIX.sync_dir(path)

@@ -267,14 +267,14 @@ class DB:
 
             self._cloud = CloudTier(opts.object_store, opts.object_store_options,
                                     opts.object_store_retries, opts.cloud_fetch_threads)
-            self._meta_cache = MetaCache(os.path.join(self.path, "cloud-meta"))
+            self._meta_cache = MetaCache(os.path.join(self.path, filenames.META_CACHE))
             # With one budget ("rest") the capacity is set once the tables are known
             # (_fit_data_cache); until then nothing is evicted.
-            self._data_cache = (DataCache(os.path.join(self.path, "cloud-cache"),
+            self._data_cache = (DataCache(os.path.join(self.path, filenames.DATA_CACHE),
                                           opts.cache_size) if opts.cache_size != "rest" else
-                                DataCache(os.path.join(self.path, "cloud-cache"), 1 << 62,
+                                DataCache(os.path.join(self.path, filenames.DATA_CACHE), 1 << 62,
                                           segment_size=4 << 20))
-            key_cache.attach(self._data_cache, os.path.join(self.path, "cloud-rows"),
+            key_cache.attach(self._data_cache, os.path.join(self.path, filenames.KEY_CACHE),
                              opts.cache_size if opts.cache_size != "rest" else 1 << 62, opts)
             self._pub = Publication(self._cloud, self.path, self._data_cache,
                                     self._meta_cache, self._stats, self._shipping != "off",

@@ -5,12 +5,16 @@ from __future__ import annotations
 import re
 
 __all__ = ["segment_name", "table_name", "manifest_name", "parse_name", "CURRENT", "LOCK",
-           "CHECKPOINT"]
+           "CHECKPOINT", "META_CACHE", "DATA_CACHE", "KEY_CACHE", "CLOUD_CACHES"]
 
 CURRENT = "CURRENT"
 LOCK = "LOCK"
 #: In a tiered checkpoint only: its pin and source database (checkpoint.py).
 CHECKPOINT = "CHECKPOINT"
+#: A tiered database's local caches of its cloud tables: the MetaCache, the DataCache and
+#: the key cache (each a directory; all can be rebuilt from the bucket).
+META_CACHE, DATA_CACHE, KEY_CACHE = "cloud-meta", "cloud-cache", "cloud-rows"
+CLOUD_CACHES = (META_CACHE, DATA_CACHE, KEY_CACHE)
 _NAME = re.compile(r"^(?:(\d+)\.(log|sst)|MANIFEST-(\d+))$")
 
 

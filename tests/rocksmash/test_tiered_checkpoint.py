@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import rocksmash
-from rocksmash import pins
+from rocksmash import filenames, pins
 from rocksmash.checkpoint import read_checkpoint
 from rocksmash.cloud import CloudTier
 from rocksmash.errors import CorruptionError, InvalidArgumentError
@@ -104,7 +104,7 @@ def test_a_detached_checkpoint_is_a_local_database_and_a_rerun_finishes(tmp_path
         rocksmash.detach_checkpoint(ck, url)
     assert rocksmash.detach_checkpoint(ck, url) == 0  # the tables came the first time
     assert calls == [pin, pin] and read_checkpoint(ck) is None
-    assert not os.path.exists(os.path.join(ck, "cloud-cache"))
+    assert not any(os.path.exists(os.path.join(ck, d)) for d in filenames.CLOUD_CACHES)
     with pytest.raises(InvalidArgumentError, match="not in this object store"):
         pins.read_pin(CloudTier(url, {}, 0), pin)
     with rocksmash.open(ck, background_processes=False, num_levels=4) as c:  # no store
