@@ -248,5 +248,6 @@ def main() -> None:
             except Exception:
                 e = Error(f"{job} failed: {e!r}")
             reply = (False, e)
+        del kwargs  # (a flush's marshalled memtable: not held while waiting for the next)
         _write_frame(out, pickle.dumps(reply, protocol=5))
 
