@@ -13,7 +13,8 @@
 
 Routing: the client computes each key's shard and sends the operation straight to the node
 that serves it (``routing.py``). Batching and pipelining: concurrent single operations to
-the same node share one ``Multi`` RPC, with up to ``max_inflight`` RPCs in flight per node;
+the same node and shard share one ``Multi`` RPC, with up to ``max_inflight`` RPCs in flight
+per node and shard (so a stalled shard delays no other shard's operations);
 ``get_many``/``put_many``/``write_batch`` do the same for one caller. Retries: operations
 failing with a retriable status (UNAVAILABLE, RESOURCE_EXHAUSTED, FAILED_PRECONDITION after
 a shard-map refresh; DEADLINE_EXCEEDED for reads) are retried with exponential backoff
@@ -61,7 +62,7 @@ from bespokv.shardmap import NodeInfo, ShardInfo, ShardMap
 
 __all__ = ["AsyncClient", "Client", "CasResult"]
 
-#: ``Multi`` RPCs in flight per node, for reads and as many for writes. 1: operations
+#: ``Multi`` RPCs in flight per node and shard, for reads and as many for writes. 1: operations
 #: that arrive while one is in flight ride in the next, so batches are bigger and RPCs
 #: fewer, and each RPC costs the nodes CPU whatever it carries (a peer round for each, in
 #: aa-sc). With 64 tasks on the shared 2-core machine (load 15-19), 1 instead of 2 gave
@@ -157,7 +158,9 @@ class AsyncClient:
         self._channels: dict[str, grpc.aio.Channel] = {}
         #: one batcher per (node, writes?): reads never queue behind writes stuck on a
         #: broken chain (a write's Multi may wait its whole deadline for the tail)
-        self._batchers: dict[tuple[str, bool], AutoBatcher[pb.Op, pb.OpResult]] = {}
+        #: One batcher per (node, shard, write): a shard whose datalet stalls holds up its
+        #: own ``Multi`` only, never another shard's operations on the same node.
+        self._batchers: dict[tuple[str, int, bool], AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._refreshing: asyncio.Future[None] | None = None
         self._last_refresh = 0.0
         self._down: set[str] = set()  # nodes the cluster reports down (etcd liveness)
@@ -224,7 +227,7 @@ class AsyncClient:
             return
         serving = {r for s in new.shards.values() for r in s.replicas}
         gone = ({r for s in old.shards.values() for r in s.replicas} - serving) | newly_down
-        for (node, _), b in self._batchers.items():
+        for (node, _, _), b in self._batchers.items():
             if node in gone:
                 b.abort(UnavailableError(f"{node} is down or was dropped (map epoch {new.epoch})"))
 
@@ -329,8 +332,8 @@ class AsyncClient:
             return write_node(info, home)
         return read_node(info, home, read_from=self.read_from)
 
-    def _batcher(self, node: str, write: bool) -> AutoBatcher[pb.Op, pb.OpResult]:
-        b = self._batchers.get((node, write))
+    def _batcher(self, node: str, shard: int, write: bool) -> AutoBatcher[pb.Op, pb.OpResult]:
+        b = self._batchers.get((node, shard, write))
         if b is None:
 
             async def send(ops: list[pb.Op]) -> list[pb.OpResult]:
@@ -339,16 +342,16 @@ class AsyncClient:
                 )
                 return list(resp.results)
 
-            b = self._batchers[node, write] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
+            b = self._batchers[node, shard, write] = AutoBatcher(send, max_batch=self.max_batch, max_inflight=self.max_inflight)
         return b
 
-    async def _batched(self, node: str, write: bool, op: pb.Op) -> pb.OpResult:
+    async def _batched(self, node: str, shard: int, write: bool, op: pb.Op) -> pb.OpResult:
         """``op`` through ``node``'s batcher, within ``timeout`` of now, queueing included:
         the RPC has that deadline too, and this one makes sure no wait for a batch (a bug in
         the batching, a batch cancelled by :meth:`_install`) outlives the call's timeout."""
         try:
             async with asyncio.timeout(self.timeout):  # not wait_for: no task per call
-                return await self._batcher(node, write).submit(op)
+                return await self._batcher(node, shard, write).submit(op)
         except TimeoutError:
             raise DeadlineExceededError(f"{node}: no answer within {self.timeout:g} s (outcome unknown)") from None
 
@@ -381,7 +384,8 @@ class AsyncClient:
             op = make(info.id)
             try:
                 try:
-                    res = await (self._batched(node, write, op) if batched else self._unary(node, op))
+                    res = await (self._batched(node, info.id, write, op) if batched
+                                 else self._unary(node, op))
                 except grpc.aio.AioRpcError as exc:
                     raise _rpc_error(exc, node) from None
                 if res.status.code:
