@@ -160,8 +160,13 @@ class BespokvRunner(AsyncRunner):
         if self._cluster is not None:
             raw["node_pids"] = self._cluster.all_pids()
         if self._client is not None:
-            raw["client_batches"] = {f"{node}/{'writes' if write else 'reads'}": {"rpcs": b.batches, "ops": b.items}
-                                     for (node, write), b in getattr(self._client, "_batchers", {}).items()}
+            batches: dict[str, dict[str, int]] = {}
+            for (node, _, write), b in getattr(self._client, "_batchers", {}).items():
+                c = batches.setdefault(f"{node}/{'writes' if write else 'reads'}",
+                                       {"rpcs": 0, "ops": 0})
+                c["rpcs"] += b.batches
+                c["ops"] += b.items
+            raw["client_batches"] = batches
         return RunnerStats(raw=raw)
 
     def describe(self) -> dict[str, Any]:
