@@ -19,8 +19,7 @@ import textwrap
 import typing
 from typing import Unpack
 
-from . import filenames
-from .checkpoint import detach_checkpoint, release_checkpoint
+from .checkpoint import detach_checkpoint, is_tiered_checkpoint, release_checkpoint
 from .db import DB, DBIterator, Snapshot
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, LockedError, NewerFormatError, ObjectStoreError,
@@ -64,8 +63,7 @@ def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  #
     """
     opts = Options.from_kwargs(**options)
     if opts.read_only:
-        if opts.object_store is not None and not os.path.exists(
-                os.path.join(os.fspath(path), filenames.CHECKPOINT)):
+        if opts.object_store is not None and not is_tiered_checkpoint(path):
             return BucketReader(path, opts)
         return ReadOnlyDB(path, opts)
     for attempt in range(_OPEN_ATTEMPTS):

@@ -48,10 +48,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import filenames
+from .cloud import encode_object
 from .env import POSIX, PosixEnv, os_error
 from .errors import CorruptionError, Error, InvalidArgumentError, NewerFormatError
 from .formats import CHECKPOINT_FORMAT
-from .log_format import CLEAN, encode_record, read_records
+from .log_format import CLEAN, read_records
 from .manifest import Manifest, load_manifest
 from .pins import delete_pin, read_pin
 from .version import CLOUD, LOCAL, Version
@@ -61,7 +62,8 @@ if TYPE_CHECKING:
     from .cloud import CloudTier
     from .db import DB
 
-__all__ = ["make_checkpoint", "detach_checkpoint", "release_checkpoint", "read_checkpoint"]
+__all__ = ["make_checkpoint", "detach_checkpoint", "release_checkpoint", "read_checkpoint",
+           "is_tiered_checkpoint"]
 
 
 def make_checkpoint(db: "DB", dest: str) -> None:
@@ -163,10 +165,15 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     return doc
 
 
+def is_tiered_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``path`` holds a ``CHECKPOINT`` file (a tiered checkpoint)."""
+    return os.path.exists(os.path.join(os.fspath(path), filenames.CHECKPOINT))
+
+
 def _write_checkpoint_file(path: str, doc: dict[str, Any]) -> None:
     name = os.path.join(path, filenames.CHECKPOINT)
     with open(name, "wb") as f:
-        f.write(encode_record(json.dumps(doc, separators=(",", ":")).encode()))
+        f.write(encode_object(doc))
         f.flush()
         os.fsync(f.fileno())
 
@@ -229,7 +236,8 @@ def detach_checkpoint(path: str | os.PathLike[str], object_store: Any, *,
             Manifest.create(path, number, local, log_number=state.log_number,
                             next_file=number + 1, last_seq=state.last_seq,
                             db_id=state.db_id).close()
-            _remove(os.path.join(path, filenames.manifest_name(state.manifest_number)))
+            POSIX.remove_if_exists(os.path.join(path,
+                                                filenames.manifest_name(state.manifest_number)))
         delete_pin(cloud, doc["pin"])  # (before the file: a rerun must still find it)
         for cache in filenames.CLOUD_CACHES:
             shutil.rmtree(os.path.join(path, cache), ignore_errors=True)
@@ -260,10 +268,3 @@ def release_checkpoint(path: str | os.PathLike[str], object_store: Any, *,
         shutil.rmtree(path)
     except OSError as e:
         raise os_error(f"deleting checkpoint {path}", e) from e
-
-
-def _remove(name: str) -> None:
-    try:
-        os.unlink(name)
-    except FileNotFoundError:
-        pass

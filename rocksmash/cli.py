@@ -14,7 +14,7 @@ from typing import Any
 
 import rocksmash
 
-from . import filenames
+from .checkpoint import is_tiered_checkpoint
 from .errors import Error
 
 
@@ -121,7 +121,7 @@ _READS = ("stats", "get", "scan", "check")
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     opts: dict[str, Any] = {"create_if_missing": args.cmd in ("put", "restore")}
-    if args.cmd in _READS and (not args.object_store or _tiered_checkpoint(args.path)):
+    if args.cmd in _READS and (not args.object_store or is_tiered_checkpoint(args.path)):
         # A point-in-time view that takes no lock: works beside a running writer.
         opts = {"read_only": True, "background_processes": False}
     if args.object_store:
@@ -173,10 +173,6 @@ def _restore(args: argparse.Namespace, opts: dict[str, Any]) -> int:
           f"({s.get('restored_wal_bytes', 0)} bytes) replayed, last sequence {s['sequence']}, "
           f"in {time.monotonic() - started:.2f} s")
     return 0
-
-
-def _tiered_checkpoint(path: str) -> bool:
-    return os.path.exists(os.path.join(path, filenames.CHECKPOINT))
 
 
 def _checkpoint_command(args: argparse.Namespace) -> int:
