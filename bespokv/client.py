@@ -68,7 +68,9 @@ __all__ = ["AsyncClient", "Client", "CasResult"]
 #: aa-sc). With 64 tasks on the shared 2-core machine (load 15-19), 1 instead of 2 gave
 #: aa-sc (rocksmash, fsync on) 1.7-2.0x the throughput at half the node CPU per
 #: operation, ms-sc 1.3-1.4x, ms-ec 1.2x, aa-ec 1.05x, and no loss with 8 tasks
-#: (``python -m bench service-profile --max-inflight N``; docs/benchmarks.md).
+#: (``python -m bench service-profile --max-inflight N``; docs/benchmarks.md). Those
+#: figures are from when batchers were per node; per node and shard, on an idle machine,
+#: aa-sc ran at 1.19x (A) and 1.55x (B) etcd's throughput.
 MAX_INFLIGHT = 1
 
 T = TypeVar("T")
@@ -156,10 +158,9 @@ class AsyncClient:
         self._homes: dict[int, int] = {}
         self._map: ShardMap | None = None
         self._channels: dict[str, grpc.aio.Channel] = {}
-        #: one batcher per (node, writes?): reads never queue behind writes stuck on a
-        #: broken chain (a write's Multi may wait its whole deadline for the tail)
-        #: One batcher per (node, shard, write): a shard whose datalet stalls holds up its
-        #: own ``Multi`` only, never another shard's operations on the same node.
+        #: One batcher per (node, shard, writes?): reads never queue behind writes stuck
+        #: on a broken chain (a write's Multi may wait its whole deadline for the tail),
+        #: and a shard whose datalet stalls holds up only its own ``Multi``.
         self._batchers: dict[tuple[str, int, bool], AutoBatcher[pb.Op, pb.OpResult]] = {}
         self._refreshing: asyncio.Future[None] | None = None
         self._last_refresh = 0.0
