@@ -219,6 +219,23 @@ class WalShipper:
             return any(s.sealed_end is not None for s in self._segments)
         return time.monotonic() - last_ship >= self.interval
 
+    def _wait_s(self, pending: bool, last_ship: float, delay: float) -> float | None:
+        """How long the shipping thread sleeps before it looks again (None: until
+        signalled); never 0, so an idle shipper does not spin.
+
+        Writers do not signal each append (that would cost every write), so the interval
+        modes look again when the interval since the last shipment is up, or, with
+        nothing to ship (``pending`` False), one interval from now: an idle shipper that
+        computed "the interval is already up" would wait 0 s and spin, holding the GIL
+        against every reader thread (it did: readers' object-store GETs took twice the
+        round trip). Sealing signals, so "sealed" waits for that."""
+        if delay > 0:
+            return delay
+        if self.mode == "sealed":
+            return None
+        left = self.interval - (time.monotonic() - last_ship)
+        return left if pending and left > 0 else self.interval
+
     def _loop(self) -> None:
         last_ship = 0.0
         delay = 0.0  # backoff after a failure
@@ -232,12 +249,7 @@ class WalShipper:
                         return
                     if chunk is not None and self._due(last_ship) and delay <= 0:
                         break
-                    # Writers do not signal each append (that would cost every write), so
-                    # the interval modes look again every interval; sealing signals.
-                    wait = delay if delay > 0 else (
-                        None if self.mode == "sealed"
-                        else max(0.0, self.interval - (time.monotonic() - last_ship)))
-                    self._cv.wait(wait)
+                    self._cv.wait(self._wait_s(chunk is not None, last_ship, delay))
                     delay = 0.0
                 seg, end = chunk
             last_ship = time.monotonic()

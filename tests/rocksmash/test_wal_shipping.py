@@ -361,3 +361,31 @@ def test_an_older_writers_late_fence_is_stepped_over_a_newer_ones_fences(tmp_pat
             db.put(b"k", b"2", sync=True)
     finally:
         db.close()
+
+
+def test_an_idle_shipper_sleeps_instead_of_spinning(tmp_path):
+    """With nothing to ship the thread waits an interval, never 0 s: an idle shipper that
+    spun held the GIL against every reader thread (cloud GETs took twice the round trip).
+    The waits are recorded as the thread computes them, so nothing here is timed."""
+    db = rocksmash.open(tmp_path / "a", object_store=f"file://{tmp_path}/bucket/db",
+                        wal_shipping="interval", wal_ship_interval="5ms",
+                        background_processes=False)
+    try:
+        shipper = db._shipper
+        waits: list[float | None] = []
+        real = shipper._wait_s
+
+        def recording(pending, last_ship, delay):
+            w = real(pending, last_ship, delay)
+            waits.append(w)
+            return w
+
+        shipper._wait_s = recording
+        db.put(b"k", b"v")
+        wait_for(lambda: not db.stats()["cloud"]["wal_shipping"]["lag_bytes"], "the put shipped")
+        wait_for(lambda: len(waits) >= 5, "five idle waits")
+        assert all(w is not None and w > 0 for w in waits), waits
+        # Idle (nothing pending, the interval long up): a whole interval, not 0.
+        assert real(False, time.monotonic() - 60, 0.0) == pytest.approx(0.005)
+    finally:
+        db.close()
