@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from bespokv.config import ClusterConfig
 from bespokv.errors import UnsupportedError
@@ -52,9 +53,21 @@ class Coordinator(abc.ABC):
         """A node could not reach ``node_id``; a dynamic coordinator may start a failover."""
 
     def subscribe_alive(self, listener: AliveListener) -> Callable[[], None]:
-        """Call ``listener(alive_node_ids)`` whenever the set of live nodes changes
-        (never, for a coordinator that does not track liveness)."""
+        """Call ``listener(alive_node_ids)`` whenever the set of live nodes, or of shards
+        with a live mode-switch driver (:meth:`switching`), changes (never, for a
+        coordinator that does not track liveness)."""
         return lambda: None
+
+    def switching(self) -> set[int]:
+        """Shards whose live mode switch holds a lease (:meth:`switch_lease`): a frozen
+        shard without one was left by a driver that died (modeswitch.py)."""
+        return set()
+
+    def switch_lease(self, shard: int, to: str, *, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
+        """Held by a mode-switch driver for the whole switch of ``shard``: it marks the
+        switch as alive while the driver is, and keeps a second driver out (it waits up to
+        ``wait`` seconds, then gets UnavailableError)."""
+        raise UnsupportedError("a live mode switch needs etcd coordination (this map is fixed); switch offline")
 
     def down(self) -> set[str]:
         """Nodes of the map known to be down (none, for a coordinator without liveness)."""

@@ -17,6 +17,11 @@ key                    value
                        while a replica moves between nodes (membership.py)
 ``alive/<id>``         ``{"pid": P}``, attached to the node's lease: present while the
                        node keeps its lease alive (keep-alive every ``lease_ttl / 3``)
+``switch/<shard>``     ``{"pid": P, "to": "aa-sc"}``, attached to a mode-switch driver's
+                       lease (``SWITCH_LEASE_TTL``): present while a live switch of the
+                       shard runs; created only if absent, so one driver at a time. A
+                       frozen shard without it was left by a driver that died, and its
+                       replicas lift the freeze (modeswitch.py)
 =====================  =================================================================
 
 Bootstrap: the first coordinator to start writes the config's map with a transaction that
@@ -42,7 +47,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from bespokv.config import ClusterConfig
@@ -56,6 +61,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds one etcd call may take before the coordinator tries the next member.
 CALL_TIMEOUT = 2.0
+
+#: Seconds a mode-switch driver's lease outlives its last keep-alive: a shard frozen by a
+#: driver that died takes writes again this long after (plus one watch event). Longer than
+#: a node's lease, since a driver is a command-line program on a possibly busy machine.
+SWITCH_LEASE_TTL = 10
 
 
 def parse_endpoints(endpoints: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -101,6 +111,7 @@ class EtcdCoordinator(Coordinator):
         self._endpoint = 0
         self._map: ShardMap | None = None
         self._alive: set[str] = set()
+        self._switching: set[int] = set()
         self._alive_listeners: list[Callable[[set[str]], None]] = []
         self._lease: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -198,12 +209,13 @@ class EtcdCoordinator(Coordinator):
 
     # -- reading ------------------------------------------------------------------------
 
-    async def _read(self) -> tuple[ShardMap, set[str]]:
+    async def _read(self) -> tuple[ShardMap, set[str], set[int]]:
         res = await self._call(lambda c: c.get_prefix(self.prefix), "read")
         epoch = 0
         nodes: dict[str, NodeInfo] = {}
         shards: dict[int, ShardInfo] = {}
         alive: set[str] = set()
+        switching: set[int] = set()
         plen = len(self.prefix)
         for kv in res:
             name = kv.key[plen:].decode()
@@ -222,15 +234,17 @@ class EtcdCoordinator(Coordinator):
                 )
             elif name.startswith("alive/"):
                 alive.add(name[len("alive/") :])
+            elif name.startswith("switch/"):
+                switching.add(int(name[len("switch/") :]))
         if not shards or not epoch:
             raise UnavailableError(f"etcd holds no shard map under {self.prefix.decode()}")
         smap = ShardMap(shards, nodes, vnodes=self.config.vnodes, epoch=epoch, cluster=self.config.name)
-        return smap, alive
+        return smap, alive, switching
 
     async def _reload(self) -> None:
-        smap, alive = await self._read()
-        if alive != self._alive:
-            self._alive = alive
+        smap, alive, switching = await self._read()
+        if alive != self._alive or switching != self._switching:
+            self._alive, self._switching = alive, switching
             for al in list(self._alive_listeners):
                 try:
                     al(set(alive))
@@ -284,6 +298,60 @@ class EtcdCoordinator(Coordinator):
     def down(self) -> set[str]:
         return set(self.shard_map().nodes) - self._alive
 
+    def switching(self) -> set[int]:
+        return set(self._switching)
+
+    @contextlib.asynccontextmanager
+    async def switch_lease(
+        self, shard: int, to: str, *, wait: float = 0.0, ttl: int = SWITCH_LEASE_TTL
+    ) -> AsyncIterator[None]:
+        """Hold ``switch/<shard>`` on a lease of ``ttl`` seconds, kept alive until the block
+        ends (then revoked, which deletes the key). While another driver holds it, wait up
+        to ``wait`` seconds for it to go (its switch ends, or its lease expires), then raise
+        UnavailableError."""
+        key = self._key("switch", str(shard))
+        lease = await self._call(lambda c: c.lease(ttl), "lease grant")
+        value = json.dumps({"pid": os.getpid(), "to": to}).encode()
+
+        async def txn(c: Any) -> Any:
+            return await c.transaction(
+                compare=[c.transactions.create(key) == 0],
+                success=[c.transactions.put(key, value, lease=lease)],
+                failure=[c.transactions.get(key)],
+            )
+
+        async def keepalive() -> None:
+            while True:
+                await asyncio.sleep(ttl / 3)
+                try:
+                    await self._call(lambda c: c.refresh_lease(lease.id), "switch lease keep-alive", deadline=ttl / 3)
+                except UnavailableError as exc:  # the next period retries; past ttl the nodes thaw
+                    log.warning("mode switch of shard %s: lease keep-alive failed: %r", shard, exc)
+
+        try:
+            end = time.monotonic() + wait
+            while True:
+                ok, other = await self._call(txn, "switch lease")
+                if ok or time.monotonic() > end:
+                    break
+                await asyncio.sleep(0.2)
+            if not ok:
+                held = json.loads(other[0][0][0]) if other and other[0] else {}
+                raise UnavailableError(
+                    f"shard {shard}: another mode switch is running (pid {held.get('pid')}, to {held.get('to')}); "
+                    f"waited {wait:g} s; let it finish, or stop it: its freeze lifts within {ttl} s of its end"
+                )
+            task = asyncio.ensure_future(keepalive())
+            try:
+                await self._reload()  # our own key seen before the freeze it covers
+                yield
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(lease.revoke(), CALL_TIMEOUT)
+
     def subscribe_alive(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
         self._alive_listeners.append(listener)
         return lambda: self._alive_listeners.remove(listener)
@@ -304,7 +372,7 @@ class EtcdCoordinator(Coordinator):
         nothing changed)."""
         epoch_key = self._key("epoch")
         for _ in range(20):
-            smap, _alive = await self._read()
+            smap, _alive, _switching = await self._read()
             new = change(smap.shard(shard_id))
             if new is None or new == smap.shard(shard_id):
                 return None
@@ -331,7 +399,7 @@ class EtcdCoordinator(Coordinator):
         compare-and-swap on the map epoch. Returns the new map."""
         epoch_key = self._key("epoch")
         for _ in range(20):
-            smap, _alive = await self._read()
+            smap, _alive, _switching = await self._read()
             if remove is not None and any(remove in s.replicas for s in smap.shards.values()):
                 raise InvalidArgumentError(f"node {remove} still replicates shards; move them first")
             e = smap.epoch

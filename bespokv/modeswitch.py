@@ -14,6 +14,9 @@ the coordinator (etcd: every step is one compare-and-swap on the map epoch) and 
    chain or the backups have applied everything the head numbered, acknowledged or not).
    A replica that does not answer fails the switch: the freeze is lifted again (one CAS),
    the shard keeps its mode, and :class:`~bespokv.errors.UnavailableError` says why.
+   A driver that dies here (killed, its machine lost) leaves the shard frozen: the driver
+   holds a lease for the whole switch (``switch/<shard>`` in etcd_coordinator.py), and
+   once it expires the shard's replicas lift the freeze (:func:`orphaned`).
 3. **Switch.** One CAS sets the new mode and lifts the freeze, only if the shard is still
    exactly the drained one (a failover in between fails the switch as in 2). Each node,
    on installing that map, takes the shard's old controlet out of service in the same step
@@ -48,7 +51,7 @@ from bespokv.peers import PeerPool
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.shardmap import ShardInfo
 
-__all__ = ["SwitchReport", "switch_mode", "freeze", "thaw", "wait_drained"]
+__all__ = ["SwitchReport", "switch_mode", "freeze", "thaw", "orphaned", "wait_drained"]
 
 #: Seconds between two polls of the replicas' status.
 POLL = 0.05
@@ -79,15 +82,16 @@ async def switch_mode(
     to = normalize_mode(to)
     if not coordinator.dynamic:
         raise UnsupportedError("a live mode switch needs etcd coordination (this map is fixed); switch offline")
-    info = coordinator.shard_map().shard(shard)
-    if info.move is not None:
-        raise UnavailableError(f"shard {shard} is moving a replica ({info.move[1]} -> {info.move[0]}); switch it after")
-    if info.mode == to and not info.frozen:
-        return []
-    if info.mode == "aa-ec" and to == "aa-sc":
-        first = await _switch_once(coordinator, peers, shard, "ms-sc", timeout)
-        return [first, await _switch_once(coordinator, peers, shard, "aa-sc", timeout)]
-    return [await _switch_once(coordinator, peers, shard, to, timeout)]
+    async with coordinator.switch_lease(shard, to, wait=timeout):  # one driver at a time
+        info = coordinator.shard_map().shard(shard)
+        if info.move is not None:
+            raise UnavailableError(f"shard {shard} is moving a replica ({info.move[1]} -> {info.move[0]}); switch it after")
+        if info.mode == to and not info.frozen:
+            return []
+        if info.mode == "aa-ec" and to == "aa-sc":
+            first = await _switch_once(coordinator, peers, shard, "ms-sc", timeout)
+            return [first, await _switch_once(coordinator, peers, shard, "aa-sc", timeout)]
+        return [await _switch_once(coordinator, peers, shard, to, timeout)]
 
 
 async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to: str, timeout: float) -> SwitchReport:
@@ -109,7 +113,8 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
         new = await coordinator.change_shard(shard, switch)
         if new is None:
             raise UnavailableError(
-                f"shard {shard} changed while it drained for the mode switch (a failover?); it stays {before}"
+                f"shard {shard} changed while it drained for the mode switch (a failover, or its freeze lifted); "
+                f"it stays {before}"
             )
     except BaseException as exc:
         await asyncio.shield(coordinator.change_shard(shard, thaw))
@@ -129,6 +134,15 @@ def freeze(s: ShardInfo) -> ShardInfo | None:
 def thaw(s: ShardInfo) -> ShardInfo | None:
     """The freeze lifted (a ``change_shard`` function); None if there is none."""
     return dataclasses.replace(s, frozen=False) if s.frozen else None
+
+
+def orphaned(s: ShardInfo, switching: set[int]) -> bool:
+    """Whether ``s`` is frozen by a switch whose driver is gone: no replica move froze it
+    (membership.py clears its own) and no driver holds its switch lease. Its replicas then
+    lift the freeze (server.py), so a ``bespokv mode`` killed between the freeze and the
+    switch leaves the shard writable in its old mode. A driver that merely lost its lease
+    for a while finds the shard changed and fails its switch (step 3's compare)."""
+    return s.frozen and s.move is None and s.id not in switching
 
 
 class _Abort(Exception):

@@ -47,6 +47,7 @@ from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.membership import take_over
+from bespokv.modeswitch import orphaned
 from bespokv.rejoin import rejoin
 from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
@@ -110,6 +111,7 @@ class Node:
         #: the shards the config gives this node (a dropped replica rejoins these)
         self._home = ShardMap.from_config(config)
         self._rejoining: set[int] = set()
+        self._thawing: set[int] = set()
         self._moving: set[int] = set()
         #: replicas whose controlet is being replaced for a new mode (a live mode switch):
         #: out of ``controlets`` from the moment the map changes the mode, so no request
@@ -224,6 +226,7 @@ class Node:
             await c.start()
         self.coordinator.subscribe(self._on_map)
         self.coordinator.subscribe_alive(self._on_alive)
+        self._lift_orphaned_freezes(self.shard_map)  # a driver that died while this node was down
         self._rejoin_missing()
         self._start_moves()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
@@ -287,6 +290,7 @@ class Node:
         self.peers.shard_map = smap  # addresses of nodes added meanwhile
         if not self._stopping:
             self._spawn(self._apply_map(smap))
+        self._lift_orphaned_freezes(smap)
 
     def _take_switching(self, smap: ShardMap) -> None:
         for sid, c in list(self.controlets.items()):
@@ -406,6 +410,7 @@ class Node:
         changed, self.map_changed = self.map_changed, asyncio.Event()
         changed.set()  # watchers learn who is down
         before, self._alive = self._alive, set(alive)
+        self._lift_orphaned_freezes(self.shard_map)
         if before is None or self._stopping:
             return
         for node in before - alive:
@@ -452,6 +457,29 @@ class Node:
                     "node %s: shard %s failed over without %s: %s (epoch %d)",
                     self.node_id, info.id, dead, ",".join(new.shard(info.id).replicas), new.epoch,
                 )
+
+    def _lift_orphaned_freezes(self, smap: ShardMap) -> None:
+        """Lift the freeze of each of this node's shards whose mode-switch driver is gone
+        (modeswitch.orphaned); every replica tries, the compare-and-swap makes one win."""
+        if self._stopping:
+            return
+        switching = self.coordinator.switching()
+        for info in smap.shards.values():
+            if self.node_id in info.replicas and info.id not in self._thawing and orphaned(info, switching):
+                self._thawing.add(info.id)
+                self._spawn(self._lift_freeze(info.id))
+
+    async def _lift_freeze(self, shard: int) -> None:
+        def lift(s: ShardInfo) -> ShardInfo | None:
+            return dataclasses.replace(s, frozen=False) if orphaned(s, self.coordinator.switching()) else None
+
+        try:
+            if await self.coordinator.change_shard(shard, lift) is not None:
+                log.warning("node %s: lifted the freeze of shard %s (its mode switch's driver is gone)", self.node_id, shard)
+        except Exception as exc:  # the next map or lease change retries
+            log.warning("node %s: lifting the freeze of shard %s failed: %r", self.node_id, shard, exc)
+        finally:
+            self._thawing.discard(shard)
 
     async def _cancel_move(self, shard: int, target: str) -> None:
         """The target of a move of ``shard`` died: clear the move, and the freeze it may

@@ -107,12 +107,19 @@ def test_a_frozen_shard_refuses_writes_only_and_a_switch_that_cannot_drain_chang
                 def frozen(value: bool) -> None:
                     loop.run_until_complete(coord.change_shard(0, lambda s: dataclasses.replace(s, frozen=value)))
 
-                frozen(True)
-                with pytest.raises(OverloadedError, match="draining"):
-                    client.put(k0, b"refused")
-                assert client.get(k0) == b"before"
-                client.put(k1, b"other shard")
-                frozen(False)
+                # A freeze is a live switch's: without its driver's lease the replicas lift
+                # it. This loop runs no keep-alive between calls, hence the long lease.
+                lease = coord.switch_lease(0, "aa-sc", ttl=300)
+                loop.run_until_complete(lease.__aenter__())
+                try:
+                    frozen(True)
+                    with pytest.raises(OverloadedError, match="draining"):
+                        client.put(k0, b"refused")
+                    assert client.get(k0) == b"before"
+                    client.put(k1, b"other shard")
+                    frozen(False)
+                finally:
+                    loop.run_until_complete(lease.__aexit__(None, None, None))
                 client.put(k0, b"after")
 
                 cluster.kill("n3")
@@ -123,4 +130,66 @@ def test_a_frozen_shard_refuses_writes_only_and_a_switch_that_cannot_drain_chang
                 wait_until(lambda: put_succeeds(client, k0), 30, "a write on shard 0 after the failed switch")
                 assert client.get(k0) == b"again"
         finally:
+            client.close()
+
+
+_DRIVER_THAT_DIES = """
+import asyncio, sys
+from bespokv.config import load
+from bespokv.etcd_coordinator import EtcdCoordinator
+from bespokv.modeswitch import freeze
+
+async def main():
+    cfg = load(sys.argv[1])
+    coord = EtcdCoordinator(cfg, cfg.etcd)
+    await coord.start()
+    async with coord.switch_lease(0, "aa-sc", ttl=2):
+        await coord.change_shard(0, freeze)
+        await asyncio.sleep(3600)  # killed -9 here, between the freeze and the switch
+
+asyncio.run(main())
+"""
+
+
+def test_a_switch_driver_killed_after_the_freeze_leaves_the_shard_writable(tmp_path):
+    """``bespokv mode`` killed -9 between the freeze and the switch: while it lives, a
+    second driver is refused and the shard refuses writes; once its lease expires, the
+    replicas lift the freeze, the shard takes writes in its old mode, and a new switch
+    goes through."""
+    with LocalCluster(3, replicas=3, shards=1, mode="ms-sc", tuning=TUNING, etcd=1, dir=str(tmp_path)) as cluster:
+        client = cluster.client(retries=0, timeout=5.0)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _DRIVER_THAT_DIES, cluster.config_path],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+        )
+        try:
+            with cluster.driver() as (loop, coord, peers):
+
+                def refused() -> bool:
+                    try:
+                        client.put(b"k", b"refused")
+                    except OverloadedError:
+                        return True
+                    except Exception:  # the frozen map still on its way (a fenced epoch)
+                        return False
+                    return False
+
+                wait_until(lambda: driver.poll() is not None or refused(), 60, "the driver's freeze")
+                assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+                with pytest.raises(UnavailableError, match="another mode switch is running"):
+                    loop.run_until_complete(switch_mode(coord, peers, 0, "aa-sc", timeout=3))
+                assert coord.shard_map().shard(0).frozen
+
+                driver.kill()
+                driver.wait(timeout=30)
+                wait_until(lambda: put_succeeds(client, b"k", b"after"), 60, "a write once the driver's lease expired")
+                info = client.refresh_map().shard(0)
+                assert (info.mode, info.frozen) == ("ms-sc", False)
+                assert client.get(b"k") == b"after"
+                reports = loop.run_until_complete(switch_mode(coord, peers, 0, "aa-sc", timeout=90))
+                assert [r.after for r in reports] == ["aa-sc"]
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait(timeout=30)
             client.close()
