@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bespokv.config import MODES, ClusterConfig, DataletSpec, TlsConfig, load, normalize_mode
+from bespokv.config import MODES, ClusterConfig, DataletSpec, NodeConfig, TlsConfig, load, normalize_mode
 from bespokv.errors import Error
 
 __all__ = ["main", "render_status"]
@@ -197,8 +197,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         level=getattr(logging, args.log_level.upper(), logging.INFO),
         format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s",
     )
-    cfg = load(args.config)
-    cfg.node(args.node)  # validates the id
+    cfg = _with_node(load(args.config), args.node, args.config)
 
     async def serve() -> None:
         from bespokv.server import Node
@@ -292,6 +291,37 @@ def _next_ids(cfg: ClusterConfig, n: int) -> list[str]:
             out.append(f"n{i}")
         i += 1
     return out
+
+
+def _with_node(cfg: ClusterConfig, node_id: str, path: str) -> ClusterConfig:
+    """``cfg`` naming ``node_id``: as the file has it, or, for a cluster coordinated by
+    etcd, with the address etcd's map holds for it (a node added by ``node add`` from
+    another machine, or restarted with an older copy of the file). Its datalet is the
+    cluster's default then."""
+    if any(n.id == node_id for n in cfg.nodes):
+        return cfg
+    if not cfg.etcd:
+        cfg.node(node_id)  # raises: no such node
+
+    async def address() -> str | None:
+        from bespokv.etcd_coordinator import EtcdCoordinator
+
+        coord = EtcdCoordinator(cfg, cfg.etcd)
+        await coord.start()
+        try:
+            info = coord.shard_map().nodes.get(node_id)
+            return info.address if info is not None else None
+        finally:
+            await coord.stop()
+
+    found = asyncio.run(address())
+    if found is None:
+        raise UsageError(
+            f"node {node_id} is neither in {path} ({', '.join(n.id for n in cfg.nodes)}) nor in etcd's shard map; "
+            "add it with `bespokv node add`"
+        )
+    logging.getLogger(__name__).info("node %s is not in %s; etcd's map has it at %s", node_id, path, found)
+    return cfg.replace(nodes=(*cfg.nodes, NodeConfig(node_id, found)))
 
 
 def cmd_membership(args: argparse.Namespace) -> int:

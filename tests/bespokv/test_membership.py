@@ -152,3 +152,36 @@ def test_a_node_added_then_another_removed_online(tmp_path):
             wait_until(lambda: _holds(client, "n4", acked), 60, "n4 holding every acknowledged write of its shards")
         finally:
             client.close()
+
+
+def test_a_node_that_its_config_file_does_not_name_joins_from_etcds_map(tmp_path):
+    """A node in etcd's map (added from elsewhere) started with a config file that does not
+    name it takes its address from the map and serves; one in neither is refused clearly."""
+    import subprocess
+    import sys
+
+    from bespokv.testing import free_port
+
+    with LocalCluster(3, replicas=3, shards=1, mode="ms-sc", tuning=TUNING, etcd=1, dir=str(tmp_path)) as cluster:
+        client = cluster.client(retries=2, timeout=5.0)
+        try:
+            with cluster.driver() as (loop, coord, _peers):
+                loop.run_until_complete(coord.change_nodes(add={"n4": f"127.0.0.1:{free_port()}"}))
+            cluster.start_node("n4")  # with cluster.toml, which names n1..n3 only
+
+            def serving() -> bool:
+                client.refresh_map()
+                try:
+                    return client.node_stats("n4").id == "n4"
+                except Exception:  # not up yet
+                    return False
+
+            wait_until(serving, 60, "n4 serving")
+            out = subprocess.run(
+                [sys.executable, "-m", "bespokv", "node", "--config", cluster.config_path, "--node", "n5"],
+                capture_output=True, text=True, timeout=60, cwd=cluster.dir,
+            )
+            assert out.returncode != 0
+            assert "node n5 is neither in" in out.stderr and "bespokv node add" in out.stderr
+        finally:
+            client.close()
