@@ -68,6 +68,9 @@ _SHIP_AT_CLOSE_TIMEOUT = 10.0
 #: worker as one marshalled frame (whose length is a u32); a larger one by replaying its
 #: WAL segment, as recovery does (the same bytes either way; decision 0026).
 _FLUSH_BY_VALUE_LIMIT = 1 << 30
+#: Flush threads at most (each runs its memtable's job in its own worker process).
+_FLUSH_THREADS = 2
+
 
 def _hide_covered(sources: list[Iterator[Chunk]], tombs: list[list], seq: int
                   ) -> list[Iterator[Chunk]]:
@@ -194,7 +197,11 @@ class DB:
             raise
         self._closed = False
         _open_dbs.add(self)
-        loops = [("flush", self._flush_loop), ("compaction", self._compaction_loop)]
+        # One flush thread per sealed memtable allowed, up to _FLUSH_THREADS: their jobs
+        # run in parallel worker processes (decision 0027).
+        flushers = min(self.options.max_immutable_memtables, _FLUSH_THREADS)
+        loops = [("flush", self._flush_loop)] * flushers + [("compaction",
+                                                              self._compaction_loop)]
         if self._cloud is not None and self._shipping in ("off", "sealed"):
             # (with "interval" and "sync", every shipment is a fencing check)
             loops.append(("fencing", self._fencing_loop))
@@ -229,6 +236,8 @@ class DB:
         self._closing = False
         self._bg_error: BaseException | None = None
         self._stall = False
+        #: id() of the sealed memtables a flush thread has taken (lock held).
+        self._flushing: set[int] = set()
         self._compaction_wanted = True
         self._threads: list[threading.Thread] = []
         self._old_wals: list[WalWriter] = []
@@ -912,14 +921,19 @@ class DB:
     # ----------------------------------------------------------------- background
 
     def _flush_loop(self) -> None:
+        """One flush thread: take the oldest sealed memtable no other flush thread has
+        taken, write its table (in a worker process, in parallel with the other flush
+        threads' tables), and install it once every older sealed memtable is installed
+        (see _flush_one)."""
         delay = 0.1
         while True:
             with self._lock:
-                while not self._closing and not (self._imm and self._bg_error is None):
+                while not self._closing and (self._bg_error is not None
+                                             or (mem := self._unclaimed()) is None):
                     self._cv.wait()
                 if self._closing:
                     return
-                mem = self._imm[-1]  # the oldest sealed memtable
+                self._flushing.add(id(mem))
                 snapshots = self._live_snapshots()
             try:
                 self._flush_one(mem, snapshots)
@@ -938,6 +952,29 @@ class DB:
             except BaseException as e:
                 self._fail(e)
                 return
+            finally:
+                with self._lock:
+                    self._flushing.discard(id(mem))
+                    self._cv.notify_all()
+
+    def _unclaimed(self) -> Memtable | None:
+        """The oldest sealed memtable no flush thread has taken (lock held)."""
+        for m in reversed(self._imm):
+            if id(m) not in self._flushing:
+                return m
+        return None
+
+    def _wait_to_install(self, mem: Memtable) -> bool:
+        """Wait until ``mem`` is the oldest sealed memtable, so tables enter L0 in the
+        order of their memtables (a newer table installed first would let a read find the
+        older memtable's version above it). False if the database is closing or failed;
+        then the table written is not installed, and the next open deletes it."""
+        with self._lock:
+            while self._imm[-1] is not mem:
+                if self._closing or self._bg_error is not None:
+                    return False
+                self._cv.wait()
+            return True
 
     def _flush_one(self, mem: Memtable, snapshots: list[int]) -> None:
         seg_path = os.path.join(self.path, filenames.segment_name(mem.segment))
@@ -954,6 +991,8 @@ class DB:
                                    snapshots=snapshots)
             last_seq = result["last_seq"]
         info: TableInfo | None = result["table"]
+        if not self._wait_to_install(mem):
+            return
         if self._cloud is not None:
             self._check_epoch()
         with self._version_lock:

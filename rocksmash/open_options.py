@@ -23,13 +23,14 @@ class OpenOptions(TypedDict, total=False):
 
     memtable_size: int | str
     """Memory a memtable may use before it is sealed and flushed: keys, values and about
-    200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default.
-    Default: ``'64MiB'``."""
+    200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). Half RocksDB's
+    default, so that with two sealed ones (below) the memtables' memory stays under
+    RocksDB's (two of 64 MiB; decision 0027). Default: ``'32MiB'``."""
 
     max_immutable_memtables: int
-    """Sealed memtables allowed to wait for flush before writers stall (memory bound): with
-    the active one, two memtables at most, as RocksDB's max_write_buffer_number=2.
-    Default: ``1``."""
+    """Sealed memtables allowed to wait for flush before writers stall (memory bound). Up
+    to two are flushed at once, in two worker processes, and installed in order.
+    Default: ``2``."""
 
     block_size: int | str
     """Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.
@@ -241,8 +242,8 @@ class OpenOptions(TypedDict, total=False):
 
 #: Each option's default (as shown to users) and meaning, for ``help(rocksmash.open)``.
 HELP: dict[str, tuple[str, str]] = {
-    'memtable_size': ("'64MiB'", "Memory a memtable may use before it is sealed and flushed: keys, values and about 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default."),
-    'max_immutable_memtables': ('1', "Sealed memtables allowed to wait for flush before writers stall (memory bound): with the active one, two memtables at most, as RocksDB's max_write_buffer_number=2."),
+    'memtable_size': ("'32MiB'", "Memory a memtable may use before it is sealed and flushed: keys, values and about 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). Half RocksDB's default, so that with two sealed ones (below) the memtables' memory stays under RocksDB's (two of 64 MiB; decision 0027)."),
+    'max_immutable_memtables': ('2', 'Sealed memtables allowed to wait for flush before writers stall (memory bound). Up to two are flushed at once, in two worker processes, and installed in order.'),
     'block_size': ("'4KiB'", 'Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.'),
     'compression': ("'lz4'", 'Block compression: lz4 is fast enough that decompression is not the bottleneck.'),
     'bloom_bits_per_key': ('10', 'Bloom filter bits per key; 10 gives roughly a 1-2% false-positive rate.'),

@@ -88,11 +88,13 @@ class Options:
     """All engine options. Construct with :meth:`from_kwargs` to get parsing and checks."""
 
     # Memory a memtable may use before it is sealed and flushed: keys, values and about
-    # 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). RocksDB's default.
-    memtable_size: int = _size(64 << 20)
-    # Sealed memtables allowed to wait for flush before writers stall (memory bound): with
-    # the active one, two memtables at most, as RocksDB's max_write_buffer_number=2.
-    max_immutable_memtables: int = 1
+    # 200 bytes of Python objects per entry (memtable.ENTRY_OVERHEAD). Half RocksDB's
+    # default, so that with two sealed ones (below) the memtables' memory stays under
+    # RocksDB's (two of 64 MiB; decision 0027).
+    memtable_size: int = _size(32 << 20)
+    # Sealed memtables allowed to wait for flush before writers stall (memory bound). Up
+    # to two are flushed at once, in two worker processes, and installed in order.
+    max_immutable_memtables: int = 2
     # Uncompressed data-block size. 4 KiB matches RocksDB and keeps a point read cheap.
     block_size: int = _size(4 << 10)
     # Block compression: lz4 is fast enough that decompression is not the bottleneck.

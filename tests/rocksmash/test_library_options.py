@@ -47,12 +47,12 @@ def test_signature_and_help_list_every_option_with_its_default():
     fields = dataclasses.fields(Options)
     assert [p.name for p in params[1:]] == [f.name for f in fields]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[1:])
-    assert sig.parameters["memtable_size"].default == 64 << 20
+    assert sig.parameters["memtable_size"].default == 32 << 20
     assert sig.parameters["object_store_options"].default == {}
     text = pydoc.render_doc(rocksmash.open, renderer=pydoc.plaintext)
     for f in fields:
         assert f"``{f.name}`` (default " in text, f.name
-    assert "``memtable_size`` (default ``'64MiB'``)" in text
+    assert "``memtable_size`` (default ``'32MiB'``)" in text
     assert "``stall_timeout`` (default ``'60s'``)" in text
     assert "RocksDB's default" in " ".join(text.split())  # the meaning: options.py's comment
 
