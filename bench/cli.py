@@ -245,7 +245,8 @@ configurations (--config, default all, in this order):
 For each configuration, in a fresh process and data directory: load --records records,
 flush + full compaction, --warmup-ops operations (not measured), then for each workload:
 phase "before" (--ops operations), overwrite --rewrite of the records and compact
-everything, phase "after" (--ops operations). The local S3 server (SeaweedFS where
+everything, --after-warmup-ops operations (not measured), phase "after" (--ops
+operations). The local S3 server (SeaweedFS where
 installed, else moto; --s3-server) and the delay proxy are started once.
 
 examples:
@@ -294,6 +295,10 @@ def _add_tiering(sub: Any) -> None:
     g.add_argument("--warmup-ops", type=_typed(parse_count, "count"), default=100_000,
                    help="operations of the first workload before the first phase, not measured "
                         "(default 100k)")
+    g.add_argument("--after-warmup-ops", type=_typed(parse_count, "count"), default=0,
+                   help="operations after each full compaction, before the 'after' phase, "
+                        "not measured: the steady state instead of the cold start "
+                        "(default 0)")
     g.add_argument("--threads", "-t", type=int, default=1,
                    help="client threads of the warm-up and measured phases; the load is one "
                         "thread (default 1)")
@@ -357,7 +362,7 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
         options.setdefault(system, {})[key] = value
     plan = TieringPlan(
         records=args.records, ops=args.ops, warmup_ops=args.warmup_ops, threads=args.threads,
-        ssd_usd_gb_month=args.ssd_price,
+        after_warmup_ops=args.after_warmup_ops, ssd_usd_gb_month=args.ssd_price,
         workloads=_list_arg(args.workload) or ["b", "c"],
         configurations=_list_arg(args.config) or list(DEFAULT_CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,

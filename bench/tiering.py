@@ -22,7 +22,9 @@ configuration:
 4. for each ``--workload`` (B, C): phase **before** (``--ops`` operations), then
    **compaction**: overwrite ``--rewrite`` of the records (chosen uniformly, new values)
    so that the compaction really rewrites the tables, and compact everything; then
-   phase **after** (``--ops`` operations).
+   ``--after-warmup-ops`` operations, not measured (0 by default: "after" then includes
+   the cold start of the emptied block cache); then phase **after** (``--ops``
+   operations).
 
 Every configuration issues exactly the same operations: the streams are seeded from
 ``--seed``, the workload and the phase (the *before* and *after* phases draw fresh keys
@@ -81,16 +83,20 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any], str]] = {
     "tiered-keys": ("rocksmash", {"compaction_aware_cache": True, "key_cache_size": "75%"},
                     "tiered with the key cache: 75% of --cache-size holds rows of cloud "
                     "tables (key_cache_size), the DataCache the rest"),
+    "tiered-keys25": ("rocksmash", {"compaction_aware_cache": True, "key_cache_size": "25%"},
+                      "tiered-keys with 25% of --cache-size to rows (the key_cache_size sweep)"),
+    "tiered-keys50": ("rocksmash", {"compaction_aware_cache": True, "key_cache_size": "50%"},
+                      "tiered-keys with 50% of --cache-size to rows (the key_cache_size sweep)"),
     "all-local": ("rocksmash-local", {},
                   "rocksmash with everything on local disk (the reference)"),
     "slatedb": ("slatedb", {},
                 "SlateDB on the same endpoint and proxy, on-disk cache of the same local bytes"),
 }
 
-#: What runs without --config: all but tiered-one-budget and tiered-keys (asked for by
-#: name).
-DEFAULT_CONFIGURATIONS = [c for c in CONFIGURATIONS if c not in ("tiered-one-budget",
-                                                                 "tiered-keys")]
+#: What runs without --config: all but tiered-one-budget and the tiered-keys ones (asked
+#: for by name).
+DEFAULT_CONFIGURATIONS = [c for c in CONFIGURATIONS if c != "tiered-one-budget"
+                          and not c.startswith("tiered-keys")]
 
 #: Records per write batch when loading and rewriting.
 _BATCH = 1000
@@ -103,6 +109,10 @@ class TieringPlan:
     records: int = 1_000_000
     ops: int = 100_000
     warmup_ops: int = 100_000
+    #: Operations after each full compaction, before the "after" phase, not measured: the
+    #: cold start (the block cache emptied, every hot window fetched once) is left out, so
+    #: "after" shows the steady state.
+    after_warmup_ops: int = 0
     #: Client threads of the warm-up and measured phases (the load is one thread).
     threads: int = 1
     #: Local SSD price for the report's monthly cost, $/GiB-month.
@@ -143,8 +153,10 @@ class TieringPlan:
             if s not in systems:
                 raise ValueError(f"--opt for {s!r}, which no configuration runs "
                                  f"(systems: {', '.join(sorted(systems))})")
-        if self.records < 1 or self.ops < 1 or self.warmup_ops < 0 or self.threads < 1:
-            raise ValueError("need records >= 1, ops >= 1, warmup-ops >= 0, threads >= 1")
+        if (self.records < 1 or self.ops < 1 or self.warmup_ops < 0 or self.threads < 1
+                or self.after_warmup_ops < 0):
+            raise ValueError("need records >= 1, ops >= 1, warmup-ops >= 0, "
+                             "after-warmup-ops >= 0, threads >= 1")
         if not 0 <= self.rewrite <= 1:
             raise ValueError(f"rewrite must be a share in [0, 1], got {self.rewrite}")
 
@@ -171,6 +183,8 @@ def phase_seed(seed: int, workload_index: int, phase: str) -> int:
     """The stream seed of a phase, the same in every configuration."""
     if phase == "warmup":
         return seed
+    if phase == "after-warmup":  # its own stream, apart from every measured phase's
+        return seed + 1_000_003 + workload_index
     return seed + 1 + 2 * workload_index + (phase == "after")
 
 
@@ -292,6 +306,17 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
                 if phase == "after":
                     res["compactions"].append(_rewrite_and_compact(session, plan, i, wl, probe))
                     res["shape"][f"after_compaction_{wl}"] = _shape(session.runner, rcfg.data_dir)
+                    settle = int(plan.get("after_warmup_ops") or 0)
+                    if settle:
+                        before = _counters(session.runner, probe)
+                        with progress(show, settle, f"{name} {wl.upper()} after warm-up",
+                                      "op") as update:
+                            w = session.run(stream(wl, phase_seed(seed, i, "after-warmup"), settle),
+                                            "after-warmup", max_seconds=max_s, progress=update)
+                        res.setdefault("after_warmups", []).append(
+                            {"workload": wl, **derived(metrics.summarize_phase(w),
+                                                      _delta(_counters(session.runner, probe),
+                                                             before))})
                 cfg = stream(wl, phase_seed(seed, i, phase), ops)
                 before = _counters(session.runner, probe)
                 with progress(show, ops, f"{name} {wl.upper()} {phase}", "op") as update:

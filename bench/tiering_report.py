@@ -66,7 +66,7 @@ def phase_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     row.update({k: p.get(k) for k in (
                         "throughput", "p50_us", "p99_us", "ops", "reads", "gets", "gets_per_1k_reads",
                         "proxy_requests", "proxy_requests_per_1k_ops", "data_cache_hit_ratio",
-                        "block_cache_hit_ratio", "local_hit_ratio", "not_found", "stopped_early")})
+                        "key_cache_hit_ratio", "block_cache_hit_ratio", "local_hit_ratio", "not_found", "stopped_early")})
                     row["x_local"] = ratio(p.get("throughput"), _tput(by.get("all-local"), w, phase))
                     row["x_slatedb"] = ratio(p.get("throughput"), _tput(by.get("slatedb"), w, phase))
                 rows.append(row)
@@ -131,6 +131,7 @@ _PHASE_COLUMNS = [
     ("proxy req/1k ops", lambda r: _num(r.get("proxy_requests_per_1k_ops"))),
     ("local hit", lambda r: _pct(r.get("local_hit_ratio"), 2)),
     ("disk cache hit", lambda r: _pct(r.get("data_cache_hit_ratio"))),
+    ("key cache hit", lambda r: _pct(r.get("key_cache_hit_ratio"))),
     ("block cache hit", lambda r: _pct(r.get("block_cache_hit_ratio"))),
 ]
 
@@ -297,6 +298,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"- environment: {json.dumps(doc.get('environment', {}))}",
         f"- records {format_count(cfg.get('records'))}, {format_count(cfg.get('ops'))} operations "
         f"per phase, warm-up {format_count(cfg.get('warmup_ops'))}, "
+        f"after each compaction {format_count(cfg.get('after_warmup_ops') or 0)} unmeasured, "
         f"{cfg.get('threads', 1)} client thread(s), {cfg.get('distribution')}, "
         f"rewrite {cfg.get('rewrite', 0) * 100:g}% before each compaction; local budget "
         f"{cfg.get('local_budget')}; DataCache {format_bytes(cfg.get('cache_bytes'))}; block "
@@ -312,7 +314,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
               "reads. `proxy req/1k ops`: every request the proxy carried per 1,000 operations. "
               "`local hit`: share of data-block reads served without an object-store GET "
               "(1 - GETs / block-cache lookups). `disk cache hit`: rocksmash's DataCache (SlateDB: its on-disk object-store cache "
-              "parts). `block cache hit`: the in-memory block cache (SlateDB: data blocks). "
+              "parts). `key cache hit`: rocksmash's key cache (rows of cloud tables; `-` when off), of "
+              "the reads that asked it. `block cache hit`: the in-memory block cache (SlateDB: data blocks). "
               "`(cut)`: stopped at --max-time.", "",
               _md(*_phase_table(doc)), "", "## Goals", ""]
     lines += [f"- {g}" for g in _goal_lines(doc)] + [""]

@@ -179,3 +179,36 @@ def test_a_prefetch_cancelled_before_it_ran_wakes_its_waiters(gated):
     assert not done.is_set()
     queued[0].cancel()
     assert done.is_set() and not t.loading
+
+
+def test_nothing_waits_behind_one_slow_get(gated):
+    """One reader's GET is held; meanwhile a block-cache hit, another cold block and a
+    multi_get of more cold blocks are all answered: no lock, pool or queue is held
+    across that GET. (If any of them waited for it, the slow GET would be released by the
+    gate's deadline first, and ``gate.inflight`` would be 0 when they return.)"""
+    db, gate, keys = gated
+    warm, slow_key, cold = keys[100], keys[3000], keys[5000]
+    assert db.get(warm) == warm * 4  # (the gate is not armed yet: straight through)
+    released = threading.Event()
+
+    def release() -> bool:
+        return threading.current_thread().name != "slow" or released.is_set()
+
+    gate.arm(release)
+    got: list[bytes | None] = []
+    slow = threading.Thread(target=lambda: got.append(db.get(slow_key)), name="slow")
+    slow.start()
+    try:
+        deadline = time.monotonic() + HOLD_S
+        while gate.inflight < 1:
+            assert time.monotonic() < deadline, "the slow GET never started"
+            time.sleep(0.01)
+        assert db.get(warm) == warm * 4
+        assert db.get(cold) == cold * 4
+        others = [keys[500], keys[1500], keys[2500], keys[4500]]  # blocks of their own
+        assert db.multi_get(others) == [k * 4 for k in others]
+        assert gate.inflight == 1 and not got  # the slow GET is still out
+    finally:
+        released.set()
+        slow.join(HOLD_S * 3)
+    assert got == [slow_key * 4]
