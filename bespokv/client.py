@@ -73,6 +73,13 @@ __all__ = ["AsyncClient", "Client", "CasResult"]
 #: aa-sc ran at 1.19x (A) and 1.55x (B) etcd's throughput.
 MAX_INFLIGHT = 1
 
+#: Unbatched calls (``batching=False``) in flight to one node at once; more wait their
+#: turn in the client. gRPC's server cancels the calls beyond its pending-call limit
+#: (CANCELLED, with nothing to say whether it ran them), and a ``get_many`` of thousands of
+#: keys would otherwise open one call per key at once. Well below the nodes' limit
+#: (``Tuning.max_pending_calls``), so that many clients fit.
+MAX_CALLS_PER_NODE = 256
+
 T = TypeVar("T")
 Op = tuple[bytes, bytes | None]
 
@@ -127,6 +134,7 @@ class AsyncClient:
         batching: bool = True,
         max_batch: int = 256,
         max_inflight: int = MAX_INFLIGHT,
+        max_calls_per_node: int = MAX_CALLS_PER_NODE,
         limits: Limits | None = None,
         seed: int | None = None,
         watch: bool = True,
@@ -150,6 +158,10 @@ class AsyncClient:
         self.batching = batching
         self.max_batch = max_batch
         self.max_inflight = max_inflight
+        if max_calls_per_node < 1:
+            raise InvalidArgumentError("max_calls_per_node must be >= 1")
+        self.max_calls_per_node = max_calls_per_node
+        self._calls: dict[str, asyncio.Semaphore] = {}  # per node, for unbatched calls
         self._md = call_metadata(token)
         self._tls = tls
         self._limits = limits
@@ -362,7 +374,24 @@ class AsyncClient:
         return tuple(self._md or ()) + ((EPOCH_HEADER, str(self._shard_map().epoch)),)
 
     async def _unary(self, node: str, op: pb.Op) -> pb.OpResult:
-        return await opcodec.call_unary(self._kv(node), op, timeout=self.timeout, metadata=self._epoch_md())
+        calls = self._calls.get(node)
+        if calls is None:
+            calls = self._calls[node] = asyncio.Semaphore(self.max_calls_per_node)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            await asyncio.wait_for(calls.acquire(), self.timeout)
+        except TimeoutError:
+            err = DeadlineExceededError(
+                f"{node}: {self.max_calls_per_node} calls still in flight after {self.timeout:g} s; not sent"
+            )
+            err.applied = False
+            raise err from None
+        try:
+            left = max(self.timeout - (loop.time() - start), 0.001)
+            return await opcodec.call_unary(self._kv(node), op, timeout=left, metadata=self._epoch_md())
+        finally:
+            calls.release()
 
     def _may_retry(self, err: Error, write: bool) -> bool:
         if isinstance(err, (OverloadedError, WrongShardError)) or err.applied is False:

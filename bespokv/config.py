@@ -202,8 +202,15 @@ class Tuning:
     #: for long is retried once a second per channel (one cheap connect attempt), so the
     #: first call after it returns waits at most about a second, not two minutes.
     max_reconnect_backoff_ms: float = 1000.0
+    #: Calls a node's gRPC server holds before its event loop takes them up. gRPC cancels
+    #: the calls beyond it (CANCELLED, before any handler ran). gRPC's default, 1000, is one
+    #: unbatched ``get_many`` of 1,000 keys: such a read-back after a failover failed 1 run
+    #: in 6 here. 16384: 64 clients at their ``MAX_CALLS_PER_NODE`` (256) each.
+    max_pending_calls: int = 16384
 
     def __post_init__(self) -> None:
+        if self.max_pending_calls < 1:
+            raise InvalidArgumentError("max_pending_calls must be at least 1")
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
             raise InvalidArgumentError("timeouts and intervals must be positive")
         check_backoff(self.reconnect_backoff_ms, self.max_reconnect_backoff_ms)

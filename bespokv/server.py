@@ -203,6 +203,9 @@ class Node:
             ("grpc.max_receive_message_length", self.limits.max_request_bytes),
             ("grpc.max_send_message_length", self.limits.max_request_bytes),
             ("grpc.so_reuseport", 0),
+            # Both limits: the hard one alone does not lift the soft one's cancellations.
+            ("grpc.server.max_pending_requests", self.config.tuning.max_pending_calls),
+            ("grpc.server.max_pending_requests_hard_limit", self.config.tuning.max_pending_calls),
         ]
         server = grpc.aio.server(interceptors=interceptors, options=opts)
         server.add_generic_rpc_handlers(

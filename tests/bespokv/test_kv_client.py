@@ -4,6 +4,7 @@ server-side forwarding that lets a plain gRPC client use any node."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 
@@ -12,7 +13,8 @@ import pytest
 
 from bespokv.batcher import AutoBatcher
 from bespokv.client import Client
-from bespokv.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from bespokv.config import Tuning
+from bespokv.errors import DeadlineExceededError, Error, InvalidArgumentError, UnavailableError
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
 from bespokv.testing import InProcessCluster, ThreadedCluster, free_port, make_config
@@ -177,3 +179,37 @@ def test_each_shard_names_its_controlet(tmp_path):
         assert [k for k, _ in c.scan(b"mixed", b"mixee")] == keys
         modes = {s.mode for n in tc.nodes.values() for s in tc.call(n.node_status()).shards}
         assert modes == {"ms-sc", "ms-ec", "aa-sc", "aa-ec"}
+
+
+def _gets_at_once(n: int, *, max_pending_calls: int, **client: object) -> collections.Counter[str]:
+    """``n`` unbatched gets from one client to a one-node cluster, all at once, no
+    retries; the count of each outcome."""
+
+    async def main() -> collections.Counter[str]:
+        cfg = make_config(1, mode="ms-sc", tuning=Tuning(max_pending_calls=max_pending_calls))
+        async with InProcessCluster(cfg) as cl:
+            async with cl.client(batching=False, retries=0, timeout=30.0, **client) as c:
+                await c.put(b"k", b"v")
+                outcomes: collections.Counter[str] = collections.Counter()
+
+                async def one() -> None:
+                    try:
+                        outcomes["ok" if await c.get(b"k") == b"v" else "wrong"] += 1
+                    except Error as exc:
+                        outcomes[type(exc).__name__ + ": " + str(exc)[:40]] += 1
+
+                await asyncio.gather(*(one() for _ in range(n)))
+                return outcomes
+
+    return asyncio.run(main())
+
+
+def test_thousands_of_concurrent_calls_are_served_not_cancelled():
+    """gRPC's server cancels the calls beyond its pending-call limit (1,000 by default):
+    an unbatched get_many of more keys than that failed reads with CANCELLED. The node
+    raises the limit (Tuning.max_pending_calls), and the client keeps at most
+    max_calls_per_node unbatched calls in flight to a node."""
+    # The node's limit alone (the client's cap out of the way):
+    assert _gets_at_once(2000, max_pending_calls=16384, max_calls_per_node=1 << 20) == {"ok": 2000}
+    # The client's cap alone (the node at gRPC's default):
+    assert _gets_at_once(2000, max_pending_calls=1000) == {"ok": 2000}
