@@ -25,7 +25,7 @@ demo-training: $(STAMP)
 # System packages some tests use (redis-server); tests that need an absent one skip with a reason.
 test: $(STAMP)
 	sh scripts/install-system-deps.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The edit-test loop: unit tests only (no slow tests, no server processes); about a
 # third of the suite's time. `make test` stays the whole suite.
