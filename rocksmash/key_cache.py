@@ -44,7 +44,7 @@ import shutil
 import struct
 import time
 from bisect import bisect_left
-from threading import BoundedSemaphore
+from threading import BoundedSemaphore, Lock
 from typing import TYPE_CHECKING, Any
 
 from xxhash import xxh3_64_intdigest
@@ -125,6 +125,10 @@ class KeyCache:
         self.sampled = 0
         #: Sampled rows being written by the fetch threads, at most MAX_QUEUED_WRITES.
         self.writes = BoundedSemaphore(MAX_QUEUED_WRITES)
+        #: Sampled rows waiting for the one queued writer task (see :func:`sample`):
+        #: ``(table, slot, row)``; guarded by ``_pending_lock``.
+        self._pending: list[tuple[int, int, bytes]] = []
+        self._pending_lock = Lock()
 
     @property
     def capacity(self) -> int:
@@ -173,6 +177,31 @@ class KeyCache:
         except ClosedError:
             pass  # closed meanwhile: the sample is lost, as a cache may lose anything
         finally:
+            self.writes.release()
+
+    def queue_sampled(self, table: int, s: int, row: bytes) -> bool:
+        """Add a sampled row to the pending batch (a ``writes`` permit held); return
+        whether the batch was empty, so the caller must start :meth:`write_pending`."""
+        with self._pending_lock:
+            self._pending.append((table, s, row))
+            return len(self._pending) == 1
+
+    def write_pending(self) -> None:
+        """Write every pending sampled row (on a fetch thread): one task per batch, not
+        per row, so the readers wake a fetch thread once per batch."""
+        while True:
+            with self._pending_lock:
+                batch, self._pending = self._pending, []
+            if not batch:
+                return
+            for table, s, row in batch:
+                self.put_sampled(table, s, row)
+
+    def drop_pending(self) -> None:
+        """The writer task could not be started (closing): give back the permits."""
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        for _ in batch:
             self.writes.release()
 
     def wait_for_writes(self, timeout: float) -> bool:
@@ -256,11 +285,13 @@ def sample(t: "Table", key: bytes, blk: "Block") -> None:
     elif kc.writes.acquire(False):  # else too many are queued: skip this sample
         # The write goes to the fetch threads: a pwrite took 450 us on the loaded
         # development machine, ten times the rest of a read, and the row is final (the
-        # block is immutable) whenever it lands.
-        try:
-            t.prefetch(kc.put_sampled, t.number, s, row)
-        except RuntimeError:  # the executor was shut down: the database is closing
-            kc.writes.release()
+        # block is immutable) whenever it lands. Rows queue in one batch with one
+        # writer task: a task per row woke a fetch thread per sample.
+        if kc.queue_sampled(t.number, s, row):
+            try:
+                t.prefetch(kc.write_pending)
+            except RuntimeError:  # the executor was shut down: the database is closing
+                kc.drop_pending()
 
 
 def lookup(t: "Table", key: bytes, seq: int, i: int) -> object:
