@@ -49,9 +49,9 @@ class OpenOptions(TypedDict, total=False):
     Default: ``False``."""
 
     block_cache_size: int | str
-    """Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts
-    its block cache; the Python objects around them add roughly half again. Default:
-    ``'64MiB'``."""
+    """Decoded data blocks kept in memory, each charged its uncompressed bytes and the
+    Python objects around them (block.BLOCK_OVERHEAD), so this is the cache's memory, as
+    RocksDB's block cache size is. Default: ``'64MiB'``."""
 
     row_cache_size: Any
     """Part of ``block_cache_size`` given to the row cache (row_cache.py: current values of
@@ -248,7 +248,7 @@ HELP: dict[str, tuple[str, str]] = {
     'compression': ("'lz4'", 'Block compression: lz4 is fast enough that decompression is not the bottleneck.'),
     'bloom_bits_per_key': ('10', 'Bloom filter bits per key; 10 gives roughly a 1-2% false-positive rate.'),
     'sync': ('False', 'Default for the ``sync`` argument of writes: fsync the WAL before returning.'),
-    'block_cache_size': ("'64MiB'", 'Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts its block cache; the Python objects around them add roughly half again.'),
+    'block_cache_size': ("'64MiB'", "Decoded data blocks kept in memory, each charged its uncompressed bytes and the Python objects around them (block.BLOCK_OVERHEAD), so this is the cache's memory, as RocksDB's block cache size is."),
     'row_cache_size': ('0', 'Part of ``block_cache_size`` given to the row cache (row_cache.py: current values of hot keys for point reads), as a size or a share ("10%"); the block cache gets the rest, so the total stays ``block_cache_size``. Off by default: under YCSB\'s scrambled zipfian a row cache carved out of the block cache raised block-cache misses as much as it saved (docs/decisions/0007-row-cache-off-by-default.md). It pays when few keys take most reads.'),
     'target_file_size': ("'8MiB'", 'Size at which compaction cuts output tables. Small enough that one compaction step is a few seconds of Python work.'),
     'level_base_size': ("'64MiB'", "Target size of the base level (the level L0 compacts into), as in RocksDB's max_bytes_for_level_base; deeper levels grow by ``level_multiplier``."),

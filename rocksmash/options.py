@@ -103,8 +103,9 @@ class Options:
     bloom_bits_per_key: int = 10
     # Default for the ``sync`` argument of writes: fsync the WAL before returning.
     sync: bool = False
-    # Decoded data blocks kept in memory, counted by uncompressed size as RocksDB counts
-    # its block cache; the Python objects around them add roughly half again.
+    # Decoded data blocks kept in memory, each charged its uncompressed bytes and the
+    # Python objects around them (block.BLOCK_OVERHEAD), so this is the cache's memory,
+    # as RocksDB's block cache size is.
     block_cache_size: int = _size(64 << 20)
     # Part of ``block_cache_size`` given to the row cache (row_cache.py: current values of
     # hot keys for point reads), as a size or a share ("10%"); the block cache gets the
