@@ -127,6 +127,36 @@ def test_eviction_keeps_frequently_hit_blocks(tmp_path):
     c.close()
 
 
+def test_a_reclaim_moves_many_small_records_at_once(tmp_path):
+    # Key-cache-sized records (100 bytes): a reclaimed segment holds dozens, all hit, so
+    # its survivors are written back in one batch that spills into a new segment. Every
+    # moved record reads back intact, here and after a reopen by INDEX and by scan.
+    d = str(tmp_path)
+    cap = 8 * 4096  # segments of 4 KiB (capacity / 8)
+    c = DataCache(d, cap, admission="always")
+    hot = range(40)
+    for b in hot:
+        assert c.put(1, b, blk(1, b, size=100))
+        assert c.get(1, b) == blk(1, b, size=100)  # a credit: it survives a reclaim
+    for b in range(300):  # a stream of cold records forces reclaims of the hot ones
+        assert c.put(2, b, blk(2, b, size=100))
+        if b % 50 == 0:
+            for h in hot:
+                assert c.get(1, h) == blk(1, h, size=100)
+        assert disk_usage(d) <= cap
+    s = c.stats()
+    assert s["relocated"] >= len(hot) and s["evicted"] > 0
+    assert c.cached_blocks(1) == list(hot)
+    c.close()
+    for scan in (False, True):
+        if scan:
+            os.unlink(os.path.join(d, "INDEX"))
+        c = DataCache(d, cap, admission="always")
+        assert c.opened_from == ("scan" if scan else "index")
+        assert [c.get(1, h) for h in hot] == [blk(1, h, size=100) for h in hot]
+        c.close()
+
+
 def test_capacity_is_respected(tmp_path):
     d = str(tmp_path)
     cap = 300_000
