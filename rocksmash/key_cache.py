@@ -68,8 +68,11 @@ __all__ = ["KeyCache", "lookup", "lookup_entry", "sample", "newest_version", "sl
 #: pays a countdown on three reads of four (about 0.1 us) and a hash and a dict lookup
 #: on the fourth.
 SAMPLE_EVERY = 4
-#: Sampled rows queued for the fetch threads at most; more samples are skipped.
-MAX_QUEUED_WRITES = 64
+#: Sampled rows queued for the fetch threads at most; more samples are skipped. They wait
+#: in one list written by one task (:meth:`KeyCache.write_pending`), not a task each, so
+#: the bound is on memory (rows are about 160 bytes: about 640 KiB at most) and is large
+#: enough that a reader outrunning the one writer does not lose its samples.
+MAX_QUEUED_WRITES = 4096
 #: Segment file size. Rows are small (about 160 bytes) and a reclaim frees one segment,
 #: so segments are smaller than the DataCache's: a 16 MiB key cache is 64 files, and a
 #: reclaim relocates or evicts about 1,600 rows at a time (the DataCache caps it at an
