@@ -189,9 +189,10 @@ class OpenOptions(TypedDict, total=False):
 
     cloud_fetch_size: int | str
     """Bytes fetched per read that misses the DataCache: the aligned window of blocks
-    around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so
-    cold data warms up sixteen blocks per request (0: one block per request). Default:
-    ``'64KiB'``."""
+    around the one asked for. A GET costs about the same latency for 4 KiB or 256 KiB
+    (and several ms of client CPU whatever its size), so cold data warms up 64 blocks
+    per request (0: one block per request). 256 KiB, not 64: after a full compaction it
+    cut GETs per 1,000 reads from 52.6 to 13.4 (decision 0029). Default: ``'256KiB'``."""
 
     cloud_fetch_threads: int
     """Threads that fetch cloud blocks in the background: a multi_get's misses all at once,
@@ -275,7 +276,7 @@ HELP: dict[str, tuple[str, str]] = {
     'cache_size': ("'256MiB'", 'Local persistent cache of cloud data blocks (the DataCache): a size, or "rest" for one local budget: local_budget then covers the local tables, the MetaCache and the DataCache, which gets what the other two leave (at least 256 KiB), resized as they change. db.stats()["cloud"]["footprint"] shows the split.'),
     'cloud_target_file_size': ("'32MiB'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
-    'cloud_fetch_size': ("'64KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 64 KiB, so cold data warms up sixteen blocks per request (0: one block per request).'),
+    'cloud_fetch_size': ("'256KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 256 KiB (and several ms of client CPU whatever its size), so cold data warms up 64 blocks per request (0: one block per request). 256 KiB, not 64: after a full compaction it cut GETs per 1,000 reads from 52.6 to 13.4 (decision 0029).'),
     'cloud_fetch_threads': ('16', "Threads that fetch cloud blocks in the background: a multi_get's misses all at once, and a scan's next blocks ahead of it. A miss waits a round trip (about 20-30 ms) while the GIL is free, so throughput at a small local footprint comes from many GETs in flight (0: no background fetches; reads still run in parallel in the caller's threads)."),
     'key_cache_size': ('0', 'Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves) given to the key cache (key_cache.py: rows of cloud tables read from the object store, on local disk, so a hot key\'s read needs neither its block nor a GET), as a share ("75%") or a size; the DataCache gets the rest (at least MIN_REST_CACHE). Rows keep heat that blocks cannot: under a scrambled zipfian every block mixes a few hot keys with many cold ones (decisions 0018 and 0024). Off by default until measured at the issue\'s scale (docs/benchmarks.md, "tiering at a small footprint").'),
     'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (and the hot rows into the key cache; it has the bytes), so hot keys stay cached across compactions.'),
