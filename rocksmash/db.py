@@ -928,11 +928,13 @@ class DB:
         delay = 0.1
         while True:
             with self._lock:
-                while not self._closing and (self._bg_error is not None
-                                             or (mem := self._unclaimed()) is None):
+                while True:
+                    if self._closing:
+                        return
+                    mem = self._unclaimed() if self._bg_error is None else None
+                    if mem is not None:
+                        break
                     self._cv.wait()
-                if self._closing:
-                    return
                 self._flushing.add(id(mem))
                 snapshots = self._live_snapshots()
             try:

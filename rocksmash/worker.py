@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 from .errors import Error
@@ -226,8 +227,23 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's ``malloc_trim(0)``: hand the heap's free pages back to the kernel. A job's
+    buffers (a flush's memtable, a compaction's blocks) are freed to the allocator, which
+    keeps them: idle flush workers held 41-49 MiB after a 600k-record load, 31-35 MiB with
+    a trim after each job (the idle interpreter is about 26 MiB). A no-op elsewhere."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: trim(0)
+
+
 def main() -> None:
     _die_with_parent()
+    trim = _malloc_trim()
     from .jobs import JOBS
 
     inp = sys.stdin.buffer
@@ -250,4 +266,6 @@ def main() -> None:
             reply = (False, e)
         del kwargs  # (a flush's marshalled memtable: not held while waiting for the next)
         _write_frame(out, pickle.dumps(reply, protocol=5))
+        del reply
+        trim()
 
