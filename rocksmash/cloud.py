@@ -69,6 +69,9 @@ WALS = "wal/"
 #: Mirror generations kept besides the newest (a reader that listed just before a publish
 #: can still fetch what it listed).
 KEEP_MIRRORS = 4
+#: Creates a new writer tries while claiming its WAL fence before it gives up (each miss
+#: is a number an old writer shipped meanwhile; see CloudTier.claim_wal_fence).
+_FENCE_CLIMB = 1000
 
 
 def epoch_key(epoch: int) -> str:
@@ -516,13 +519,19 @@ class CloudTier:
         """
         header = {"format_version": WAL_OBJECT_FORMAT, "kind": "fence", "db_id": self.db_id,
                   "epoch": self.epoch}
-        for _ in range(8):
-            n = (self.wal_numbers() or [0])[-1] + 1
+        # One LIST, then upward one number at a time: a failed create means n exists, so
+        # n + 1 is the next candidate and no gap can open. Listing again after each miss
+        # lost the race to an old writer shipping every sync write (CI, 2026-12-01: eight
+        # misses in a row); a create is cheaper than a LIST, so this climb overtakes a
+        # writer that must also write and sync before each shipment.
+        n = (self.wal_numbers() or [0])[-1] + 1
+        for _ in range(_FENCE_CLIMB):
             body = WalObject(n, header, b"").encode()
             try:
                 self.store.put(wal_key(n), body, if_none_match=True)
             except PreconditionFailedError:
-                continue  # the old writer shipped n meanwhile: fence after it
+                n += 1  # the old writer shipped n meanwhile: fence after it
+                continue
             except StoreError as e:
                 raise store_errors("claiming the WAL fence", e) from e
             self.wal_next = n + 1

@@ -15,7 +15,7 @@ import cloudtier
 import rocksmash
 from rocksmash import (CorruptionError, FencedError, InvalidArgumentError, ObjectStoreError,
                        UnavailableError)
-from rocksmash.cloud import EPOCHS, MIRROR_FORMATS, MIRRORS, decode_object, encode_object
+from rocksmash.cloud import EPOCHS, MIRROR_FORMATS, MIRRORS, decode_object, encode_object, wal_key
 
 CLOUDY = dict(local_budget=0, memtable_size="16KiB", target_file_size="16KiB",
               cloud_target_file_size="32KiB", block_size=512, l0_compaction_trigger=2,
@@ -271,3 +271,36 @@ def test_directory_refuses_another_databases_prefix(tmp_path):
     shutil.rmtree(tmp_path / "y")  # Y's disk is lost: it comes back with its identity
     with rocksmash.open(tmp_path / "y", **CLOUDY, object_store=y_store) as db:
         assert db.db_id == y_id and db.get(b"key000001") == b"yvalue000001"
+
+
+class ShipsAhead(cloudtier.StoreWrapper):
+    """Before each of the first ``times`` conditional creates of a ``wal/`` object, an old
+    writer ships that very number (it wins every race, as a fast sync writer can)."""
+
+    def __init__(self, inner, times):
+        super().__init__(inner)
+        self.times = times
+
+    def put(self, key, data, **kw):
+        if key.startswith("wal/") and kw.get("if_none_match") and self.times > 0:
+            self.times -= 1
+            self.inner.put(key, self.old)  # (a copy of the old writer's fence object)
+        return self.inner.put(key, data, **kw)
+
+
+def test_a_new_writer_claims_its_wal_fence_past_a_writer_that_wins_every_race(tmp_path):
+    """An old writer that ships each number just before the new writer's fence create:
+    the open climbs past 50 such misses (it gave up after 8, listing again each time; CI
+    saw it lose to a sync writer) and its fence is above every shipped number."""
+    store = ShipsAhead(cloudtier.open_store(f"memory://{uuid.uuid4().hex}/db"), 0)
+    rocksmash.open(tmp_path / "a", **CLOUDY, object_store=store).close()
+    store.old = store.get(wal_key(max(int(i.key[len("wal/"):]) for i in store.list("wal/"))))
+    store.times = 50
+    db = rocksmash.open(tmp_path / "b", **CLOUDY, object_store=store)
+    try:
+        assert store.times == 0
+        fence = max(db._cloud.wal_fences)
+        shipped = [int(i.key[len("wal/"):]) for i in store.list("wal/")]
+        assert fence == max(shipped)
+    finally:
+        db.close()
