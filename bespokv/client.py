@@ -380,7 +380,8 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         start = loop.time()
         try:
-            await asyncio.wait_for(calls.acquire(), self.timeout)
+            async with asyncio.timeout(self.timeout):  # not wait_for: no task per call
+                await calls.acquire()
         except TimeoutError:
             err = DeadlineExceededError(
                 f"{node}: {self.max_calls_per_node} calls still in flight after {self.timeout:g} s; not sent"

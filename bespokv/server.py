@@ -47,7 +47,7 @@ from bespokv.merge import merge_chunks
 from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.membership import take_over
-from bespokv.modeswitch import orphaned
+from bespokv.modeswitch import orphaned, thaw
 from bespokv.rejoin import rejoin
 from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
@@ -474,7 +474,7 @@ class Node:
 
     async def _lift_freeze(self, shard: int) -> None:
         def lift(s: ShardInfo) -> ShardInfo | None:
-            return dataclasses.replace(s, frozen=False) if orphaned(s, self.coordinator.switching()) else None
+            return thaw(s) if orphaned(s, self.coordinator.switching()) else None
 
         try:
             if await self.coordinator.change_shard(shard, lift) is not None:

@@ -106,6 +106,19 @@ def _crc(table: int, block: int, data: bytes | memoryview) -> int:
     return zlib.crc32(data, zlib.crc32(_HEAD.pack(table, block, len(data))))
 
 
+def _intact(rec: bytes | memoryview, table: int, block: int) -> bool:
+    """Whether a whole record's CRC, recomputed over the *expected* header, matches."""
+    return _crc(table, block, memoryview(rec)[RECORD_HEADER_SIZE:]) == _CRC.unpack_from(rec, 16)[0]
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, off: int) -> None:
+    """Write all of ``data`` at ``off`` (pwrite may write less than asked)."""
+    view = memoryview(data)
+    end = off + len(view)
+    while view:
+        view = view[os.pwrite(fd, view, end - len(view)):]
+
+
 def _read_record(seg: "_Segment", table: int, block: int, off: int,
                  n: int, verify_data: bool = True) -> bytes | None:
     """The whole record at ``off`` if it is intact and names ``(table, block)`` with
@@ -122,9 +135,7 @@ def _read_record(seg: "_Segment", table: int, block: int, off: int,
         return None
     if not verify_data:
         return rec if _HEAD.unpack_from(rec) == (table, block, n) else None
-    if _crc(table, block, memoryview(rec)[RECORD_HEADER_SIZE:]) == _CRC.unpack_from(rec, 16)[0]:
-        return rec
-    return None
+    return rec if _intact(rec, table, block) else None
 
 
 def _read_all(seg: "_Segment") -> bytes:
@@ -144,9 +155,7 @@ def _check_record(data: memoryview, table: int, block: int, off: int, n: int
     if end > len(data):
         return None
     rec = data[off:end]
-    if _crc(table, block, rec[RECORD_HEADER_SIZE:]) != _CRC.unpack_from(rec, 16)[0]:
-        return None
-    return rec
+    return rec if _intact(rec, table, block) else None
 
 
 class _Segment:
@@ -373,9 +382,7 @@ class DataCache:
                 return None
         off = seg.size
         try:
-            view = memoryview(rec)
-            while view:
-                view = view[os.pwrite(seg.fd, view, off + len(rec) - len(view)):]
+            _pwrite_all(seg.fd, rec, off)
         except OSError:
             # Disk full or failing: stop using this segment. Its size on disk may now
             # exceed what we count, by at most this one record.
@@ -471,10 +478,9 @@ class DataCache:
             batch = moving[i:j]
             off = seg.size
             try:
-                view = memoryview(b"".join(r for _, _, _, r in batch))
-                total = len(view)
-                while view:
-                    view = view[os.pwrite(seg.fd, view, off + total - len(view)):]
+                data = b"".join(r for _, _, _, r in batch)
+                total = len(data)
+                _pwrite_all(seg.fd, data, off)
             except OSError:
                 self._active = None  # as _append: stop using this segment
                 self._evict_moved(batch)
