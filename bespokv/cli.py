@@ -33,11 +33,14 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from bespokv.config import MODES, ClusterConfig, DataletSpec, NodeConfig, TlsConfig, load, normalize_mode
 from bespokv.errors import Error
+
+if TYPE_CHECKING:
+    from bespokv.etcd_coordinator import EtcdCoordinator
 
 __all__ = ["main", "render_status"]
 
@@ -260,25 +263,34 @@ def _spawn_node(cfg_path: str, d: str, node_id: str) -> int:
     return proc.pid
 
 
+@contextlib.asynccontextmanager
+async def _etcd(cfg: ClusterConfig) -> AsyncIterator[EtcdCoordinator]:
+    """An etcd coordinator of ``cfg``'s cluster for one command's work, stopped (its
+    session and leases released) when the work ends, however it ends."""
+    from bespokv.etcd_coordinator import EtcdCoordinator
+
+    coord = EtcdCoordinator(cfg, cfg.etcd)
+    await coord.start()
+    try:
+        yield coord
+    finally:
+        await coord.stop()
+
+
 async def _add_nodes(cfg: ClusterConfig, cfg_path: str, ids: Sequence[str], start: Any, wait: float) -> list[Any]:
     """Add each node of ``ids`` online (membership.py): appended to the config file,
     started by ``start(node_id)``, given its share of replicas. Returns the moves."""
     from bespokv.config import NodeConfig
-    from bespokv.etcd_coordinator import EtcdCoordinator
     from bespokv.membership import add_node
     from bespokv.testing import free_port
 
-    coord = EtcdCoordinator(cfg, cfg.etcd)
-    await coord.start()
     moves: list[Any] = []
-    try:
+    async with _etcd(cfg) as coord:
         for nid in ids:
             address = f"127.0.0.1:{free_port()}"
             cfg = cfg.replace(nodes=(*cfg.nodes, NodeConfig(nid, address)))
             cfg.write(cfg_path)
             moves += [(nid, *m) for m in await add_node(coord, nid, address, start=lambda n=nid: start(n), timeout=wait)]
-    finally:
-        await coord.stop()
     return moves
 
 
@@ -304,15 +316,9 @@ def _with_node(cfg: ClusterConfig, node_id: str, path: str) -> ClusterConfig:
         cfg.node(node_id)  # raises: no such node
 
     async def address() -> str | None:
-        from bespokv.etcd_coordinator import EtcdCoordinator
-
-        coord = EtcdCoordinator(cfg, cfg.etcd)
-        await coord.start()
-        try:
+        async with _etcd(cfg) as coord:
             info = coord.shard_map().nodes.get(node_id)
             return info.address if info is not None else None
-        finally:
-            await coord.stop()
 
     found = asyncio.run(address())
     if found is None:
@@ -326,7 +332,6 @@ def _with_node(cfg: ClusterConfig, node_id: str, path: str) -> ClusterConfig:
 
 def cmd_membership(args: argparse.Namespace) -> int:
     """``node add`` / ``node remove`` on a cluster (membership.py)."""
-    from bespokv.etcd_coordinator import EtcdCoordinator
     from bespokv.membership import remove_node
 
     cfg_path = _config_path(args)
@@ -349,12 +354,8 @@ def cmd_membership(args: argparse.Namespace) -> int:
     cfg.node(args.node)
 
     async def run() -> list[tuple[int, str]]:
-        coord = EtcdCoordinator(cfg, cfg.etcd)
-        await coord.start()
-        try:
+        async with _etcd(cfg) as coord:
             return await remove_node(coord, args.node, timeout=args.wait)
-        finally:
-            await coord.stop()
 
     moves = asyncio.run(run())
     # The node serves nothing now: stop its process, and drop it from the config file.
@@ -650,7 +651,6 @@ def cmd_kv(args: argparse.Namespace) -> int:
 
 def cmd_mode(args: argparse.Namespace) -> int:
     """A live mode switch (modeswitch.py), driven from here through etcd and the nodes."""
-    from bespokv.etcd_coordinator import EtcdCoordinator
     from bespokv.modeswitch import switch_mode
     from bespokv.peers import PeerPool
 
@@ -661,9 +661,7 @@ def cmd_mode(args: argparse.Namespace) -> int:
                          "(stop it, change the mode in its config, start it again)")
 
     async def run() -> list[Any]:
-        coord = EtcdCoordinator(cfg, cfg.etcd)
-        await coord.start()
-        try:
+        async with _etcd(cfg) as coord:
             peers = PeerPool(
                 coord.shard_map(), token=args.token or cfg.token, tls=cfg.tls, limits=cfg.limits, tuning=cfg.tuning
             )
@@ -671,8 +669,6 @@ def cmd_mode(args: argparse.Namespace) -> int:
                 return await switch_mode(coord, peers, args.shard, to, timeout=args.wait)
             finally:
                 await peers.close()
-        finally:
-            await coord.stop()
 
     reports = asyncio.run(run())
     if not reports:
