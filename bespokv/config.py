@@ -207,6 +207,13 @@ class Tuning:
     #: unbatched ``get_many`` of 1,000 keys: such a read-back after a failover failed 1 run
     #: in 6 here. 16384: 64 clients at their ``MAX_CALLS_PER_NODE`` (256) each.
     max_pending_calls: int = 16384
+    #: Seconds a shard may run short of a replica whose node is down (its lease gone)
+    #: before a live node that holds none of the shard copies it and takes the dead
+    #: one's place (repair.py). 300: a node restarted or cut off briefly comes back by
+    #: itself well within it (rejoin.py), so no full copy starts for that; a dead disk or
+    #: machine is replaced within minutes, not left one failure from loss. 0: never (the
+    #: operator runs `bespokv node remove` / `node add`).
+    replace_after: float = 300.0
 
     def __post_init__(self) -> None:
         if self.max_pending_calls < 1:
@@ -214,6 +221,8 @@ class Tuning:
         if self.request_timeout <= 0 or self.anti_entropy_interval <= 0:
             raise InvalidArgumentError("timeouts and intervals must be positive")
         check_backoff(self.reconnect_backoff_ms, self.max_reconnect_backoff_ms)
+        if self.replace_after < 0:
+            raise InvalidArgumentError("replace_after must not be negative (0: never replace)")
         if self.quorum_spare_after < 0:
             raise InvalidArgumentError("quorum_spare_after must not be negative")
         if self.anti_entropy_force_rounds < 1:

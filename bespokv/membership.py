@@ -98,17 +98,17 @@ async def take_over(
         await pull(store, peers, shard, source_of(info), me)  # what was written meanwhile
     else:
         await w.clear()
-        await _merge_replicas(peers, info, w, observe)  # 1: every replica's versions, online
+        await _merge_replicas(peers, _live(coordinator, info, donor), w, observe)  # 1: online
     await coordinator.change_shard(shard, freeze)  # 2
     frozen = coordinator.shard_map().shard(shard)
     try:
         if frozen.move != (me, donor) or not frozen.frozen:
             raise UnavailableError(f"shard {shard} changed while {me} copied it")
-        await wait_drained(peers, frozen, time.monotonic() + DRAIN_TIMEOUT)
+        await wait_drained(peers, _live(coordinator, frozen, donor), time.monotonic() + DRAIN_TIMEOUT)
         if master_slave:
             await pull(store, peers, shard, source_of(frozen), me)  # exact now
         else:  # newest version wins, so a second full pass adds what came meanwhile
-            await _merge_replicas(peers, frozen, w, observe)
+            await _merge_replicas(peers, _live(coordinator, frozen, donor), w, observe)
 
         def swap(s: ShardInfo) -> ShardInfo | None:
             if s != frozen:
@@ -129,12 +129,22 @@ async def take_over(
     return True
 
 
+def _live(coordinator: Coordinator, info: ShardInfo, donor: str) -> ShardInfo:
+    """``info`` without the donor while its lease is gone (a dead replica replaced by
+    repair.py, or ``node remove`` of a dead node): the merges and the drain ask only the
+    replicas that can answer. An active-active donor only: a master-slave shard dropped
+    its dead replicas at the failover."""
+    if donor not in coordinator.down() or info.mode in MASTER_SLAVE:
+        return info
+    return dataclasses.replace(info, replicas=tuple(r for r in info.replicas if r != donor))
+
+
 async def _merge_replicas(
     peers: PeerPool, info: ShardInfo, w: DataletWorker, observe: Callable[[int], None]
 ) -> None:
     """Merge every replica's versioned values (``Peer.Export``, tombstones included) into
-    ``w``, newest version winning. Every replica must answer: an aa-ec write may be on one
-    replica only."""
+    ``w``, newest version winning. Every replica listed must answer: an aa-ec write may be
+    on one replica only (a dead donor is not listed: see _live)."""
     for node in info.replicas:
         call = peers.peer(node).Export(
             pb.ExportRequest(shard=info.id), timeout=EXPORT_TIMEOUT, metadata=peers.metadata

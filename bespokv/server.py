@@ -49,6 +49,7 @@ from bespokv.proto import bespokv_pb2 as pb
 from bespokv.membership import take_over
 from bespokv.modeswitch import orphaned, thaw
 from bespokv.rejoin import rejoin
+from bespokv.repair import ask_move, replacement, shortfalls
 from bespokv.routing import read_node, write_node
 from bespokv.security import TokenAuthInterceptor, server_credentials
 from bespokv.service import check_stream, generic_handler
@@ -113,6 +114,8 @@ class Node:
         self._rejoining: set[int] = set()
         self._thawing: set[int] = set()
         self._moving: set[int] = set()
+        #: when this node first saw each shard short of a replica (repair.py)
+        self._short_since: dict[int, float] = {}
         #: replicas whose controlet is being replaced for a new mode (a live mode switch):
         #: out of ``controlets`` from the moment the map changes the mode, so no request
         #: reaches the old controlet after that; calls get OVERLOADED (not applied, retried)
@@ -232,6 +235,8 @@ class Node:
         self._lift_orphaned_freezes(self.shard_map)  # a driver that died while this node was down
         self._rejoin_missing()
         self._start_moves()
+        if self.coordinator.dynamic and self.config.tuning.replace_after > 0:
+            self._spawn(self._repair_loop())
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for svc in ("bespokv.v1.KV", "bespokv.v1.Admin", "bespokv.v1.Peer"):
             await self.health.set(svc, health_pb2.HealthCheckResponse.SERVING)
@@ -408,6 +413,47 @@ class Node:
             )
         finally:
             self._rejoining.discard(shard)
+
+    async def _repair_loop(self) -> None:
+        """Give every shard that has run short of a replica for ``replace_after`` seconds a
+        new one (repair.py), checking a few times per ``replace_after`` (at most every 5 s)."""
+        after = self.config.tuning.replace_after
+        while not self._stopping:
+            try:
+                self._replace_missing(after)
+            except Exception as exc:  # the next round retries; the loop must not die
+                log.warning("node %s: re-replication check failed: %r", self.node_id, exc)
+            await asyncio.sleep(min(5.0, max(0.05, after / 4)))
+
+    def _replace_missing(self, after: float) -> None:
+        smap, down, now = self.shard_map, self.coordinator.down(), time.monotonic()
+        counts = {s.id: len(s.replicas) for s in self._home.shards.values()}
+        short = shortfalls(smap, counts, down)
+        self._short_since = {f.shard: self._short_since.get(f.shard, now) for f in short}
+        if not self.coordinator.can_serve() or self.node_id in down:
+            return
+        for f in short:
+            info = smap.shard(f.shard)
+            if now - self._short_since[f.shard] < after or replacement(smap, info, down) != self.node_id:
+                continue
+            if f.dead is None:
+                if f.shard not in self._rejoining:
+                    log.warning("node %s: shard %s ran short of a replica for %g s; copying it here",
+                                self.node_id, f.shard, after)
+                    self._rejoining.add(f.shard)
+                    self._spawn(self._rejoin(f.shard, counts[f.shard]))
+            elif f.shard not in self._moving:
+                log.warning("node %s: shard %s's replica on %s was down for %g s; moving it here",
+                            self.node_id, f.shard, f.dead, after)
+                self._spawn(self._ask_replacement(f.shard, f.dead))
+
+    async def _ask_replacement(self, shard: int, dead: str) -> None:
+        """Ask by CAS for the move of ``dead``'s replica here; the map change starts it
+        (_start_moves)."""
+        try:
+            await self.coordinator.change_shard(shard, ask_move(self.node_id, dead, self.coordinator.down))
+        except Exception as exc:  # the next round retries
+            log.warning("node %s: asking to replace %s in shard %s failed: %r", self.node_id, dead, shard, exc)
 
     def _on_alive(self, alive: set[str]) -> None:
         changed, self.map_changed = self.map_changed, asyncio.Event()
