@@ -92,6 +92,11 @@ class NodeConfig:
     address: str
     datalet: DataletSpec | None = None
     listen: str | None = None
+    #: The node's own TLS certificate and key (PEM), instead of ``[cluster.tls]``'s: it
+    #: serves with them and presents them on its calls to other nodes. With
+    #: ``node_identities`` the certificate's common name must be the node's id.
+    cert: str | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,15 @@ class TlsConfig:
     ca: str | None = None
     mutual: bool = False
     server_name: str | None = None  # name to check in the server's certificate
+    #: Tell nodes apart by their certificates: every node has its own (``[[nodes]] cert``,
+    #: ``key``) whose common name is its id, and the replication service (``Peer``)
+    #: accepts only callers whose certificate names a node of the map, a replication
+    #: stream only from the node its certificate names. Needs ``mutual`` and ``ca``.
+    node_identities: bool = False
+
+    def __post_init__(self) -> None:
+        if self.node_identities and not (self.mutual and self.ca):
+            raise InvalidArgumentError("[cluster.tls] node_identities needs mutual = true and a ca")
 
     def read(self) -> tuple[bytes, bytes, bytes | None]:
         ca = Path(self.ca).read_bytes() if self.ca else None
@@ -280,12 +294,30 @@ class ClusterConfig:
                     raise InvalidArgumentError(f"shard {o.id} names unknown node {r!r}")
             if o.replicas is not None and len(set(o.replicas)) != len(o.replicas):
                 raise InvalidArgumentError(f"shard {o.id} lists a node twice")
+        if self.tls is not None and self.tls.node_identities:
+            for n in self.nodes:
+                self.tls_for(n.id)  # raises for a node without its own certificate
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
             if n.id == node_id:
                 return n
         raise InvalidArgumentError(f"no node {node_id!r} in the config (nodes: {[n.id for n in self.nodes]})")
+
+    def tls_for(self, node_id: str) -> TlsConfig | None:
+        """The TLS settings node ``node_id`` serves and calls with: the cluster's, with the
+        node's own certificate and key when it has them (required by ``node_identities``)."""
+        if self.tls is None:
+            return None
+        n = next((x for x in self.nodes if x.id == node_id), None)
+        if n is not None and n.cert and n.key:
+            return dataclasses.replace(self.tls, cert=n.cert, key=n.key)
+        if self.tls.node_identities:
+            raise InvalidArgumentError(
+                f"node {node_id} has no certificate of its own ([[nodes]] cert and key), which "
+                "[cluster.tls] node_identities needs"
+            )
+        return self.tls
 
     def datalet_for(self, node_id: str) -> DataletSpec:
         return self.node(node_id).datalet or self.datalet
@@ -318,6 +350,8 @@ class ClusterConfig:
                 address=str(n.get("address", "127.0.0.1:0")),
                 datalet=DataletSpec.from_dict(n["datalet"]) if "datalet" in n else None,
                 listen=str(n["listen"]) if "listen" in n else None,
+                cert=rel(n.get("cert")),
+                key=rel(n.get("key")),
             )
             for n in d.get("nodes", [])
         )
@@ -346,6 +380,7 @@ class ClusterConfig:
                 ca=rel(tls_d.get("ca")),
                 mutual=bool(tls_d.get("mutual", False)),
                 server_name=tls_d.get("server_name"),
+                node_identities=bool(tls_d.get("node_identities", False)),
             )
         limits = Limits(**c.pop("limits", {}))
         tuning = Tuning(**d.get("tuning", {}))
@@ -393,6 +428,8 @@ class ClusterConfig:
                 t["ca"] = self.tls.ca
             if self.tls.server_name:
                 t["server_name"] = self.tls.server_name
+            if self.tls.node_identities:
+                t["node_identities"] = True
             cluster["tls"] = t
         if self.limits != Limits():
             cluster["limits"] = dataclasses.asdict(self.limits)
@@ -408,6 +445,8 @@ class ClusterConfig:
                 nd["datalet"] = n.datalet.to_dict()
             if n.listen:
                 nd["listen"] = n.listen
+            if n.cert and n.key:
+                nd["cert"], nd["key"] = n.cert, n.key
             out["nodes"].append(nd)
         if self.shard_overrides:
             out["shards"] = []

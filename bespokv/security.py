@@ -3,6 +3,10 @@
 * TLS (optional): every node serves with ``[cluster.tls] cert``/``key``; clients and peers
   verify the server against ``ca``. With ``mutual = true`` the server also requires a client
   certificate signed by ``ca``.
+* Node identities (optional, ``[cluster.tls] node_identities``): each node has its own
+  certificate whose common name is its id; the Peer service serves only callers whose
+  certificate names a node of the map, and a replication stream only from the node its
+  certificate names, so a node (or a stolen client certificate) cannot pose as another.
 * Token (optional): every call must carry ``authorization: Bearer <token>`` metadata. The
   check is constant-time. With a separate peer token (``[cluster] peer_token``) the
   replication service (``bespokv.v1.Peer``) accepts only that one, and nodes use it for
@@ -25,6 +29,7 @@ __all__ = [
     "AUTH_HEADER",
     "call_metadata",
     "TokenAuthInterceptor",
+    "certificate_name",
     "server_credentials",
     "channel_credentials",
     "channel_options",
@@ -97,6 +102,13 @@ def _denying_handler(handler: grpc.RpcMethodHandler | None, message: str) -> grp
     if handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(streaming, request_deserializer=ident)
     return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=ident)
+
+
+def certificate_name(context: grpc.aio.ServicerContext) -> str | None:
+    """The common name of the caller's TLS certificate, verified against ``ca`` by the
+    handshake (``mutual``); None for a caller without one."""
+    names = context.auth_context().get("x509_common_name") or []
+    return names[0].decode() if names else None
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials:

@@ -27,7 +27,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from bespokv import opcodec, representation
-from bespokv.config import ClusterConfig, Limits
+from bespokv.config import ClusterConfig, Limits, TlsConfig
 from bespokv.controlets import ShardContext, make_controlet
 from bespokv.controlets.base import Controlet
 from bespokv.coordinator import Coordinator, make_coordinator
@@ -51,7 +51,7 @@ from bespokv.modeswitch import orphaned, thaw
 from bespokv.rejoin import rejoin
 from bespokv.repair import ask_move, replacement, shortfalls
 from bespokv.routing import read_node, write_node
-from bespokv.security import TokenAuthInterceptor, server_credentials
+from bespokv.security import TokenAuthInterceptor, certificate_name, server_credentials
 from bespokv.service import check_stream, generic_handler
 from bespokv.shardmap import ShardInfo, ShardMap, node_number, writer_id
 
@@ -133,6 +133,11 @@ class Node:
         return self.coordinator.shard_map()
 
     @property
+    def tls(self) -> TlsConfig | None:
+        """What this node serves and calls other nodes with (its own certificate, if any)."""
+        return self.config.tls_for(self.node_id)
+
+    @property
     def address(self) -> str:
         if self.node_config.listen:  # reached through something that forwards to us
             return self.node_config.address
@@ -190,7 +195,7 @@ class Node:
         smap = self.shard_map
         # Nodes call each other with the peer token when there is one (see security.py).
         peer_token = self.config.peer_token or self.config.token
-        self.peers = PeerPool(smap, token=peer_token, tls=self.config.tls, limits=self.limits, tuning=self.config.tuning)
+        self.peers = PeerPool(smap, token=peer_token, tls=self.tls, limits=self.limits, tuning=self.config.tuning)
         self.forwarder = Forwarder(
             self.peers, timeout=self.config.tuning.request_timeout * 2, epoch=lambda: self.shard_map.epoch
         )
@@ -220,8 +225,8 @@ class Node:
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         addr = self.node_config.listen or self.node_config.address
-        if self.config.tls is not None:
-            self.port = server.add_secure_port(addr, server_credentials(self.config.tls))
+        if self.tls is not None:
+            self.port = server.add_secure_port(addr, server_credentials(self.tls))
         else:
             self.port = server.add_insecure_port(addr)
         if self.port == 0:
@@ -1012,10 +1017,26 @@ class _Admin:
 class _Peer:
     def __init__(self, node: Node) -> None:
         self.n = node
+        tls = node.config.tls
+        self._identities = tls is not None and tls.node_identities
+
+    async def _from_node(self, context: grpc.aio.ServicerContext, claimed: str | None = None) -> None:
+        """With node identities: serve only a caller whose certificate names a node of the
+        map (and, given ``claimed``, that node); others get PERMISSION_DENIED."""
+        if not self._identities:
+            return
+        name = certificate_name(context)
+        if name is None or name not in self.n.shard_map.nodes:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"the caller's certificate ({name}) names no node of the map")
+        if claimed is not None and claimed != name:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"node {name} cannot send as node {claimed}")
 
     async def Replicate(self, request_iterator: AsyncIterator[pb.ReplMessage], context: grpc.aio.ServicerContext) -> None:
+        await self._from_node(context)
         it = check_stream(request_iterator)
         first = await it.__anext__()
+        if first.WhichOneof("body") == "hello":
+            await self._from_node(context, first.hello.from_node)
 
         async def chained() -> AsyncIterator[pb.ReplMessage]:
             yield first
@@ -1025,30 +1046,37 @@ class _Peer:
         await self.n.controlet(first.shard).on_replicate(chained(), context)
 
     async def Position(self, request: pb.PositionRequest, context: grpc.aio.ServicerContext) -> pb.PositionResponse:
+        await self._from_node(context)
         return self.n.controlet(request.shard).on_position()
 
     async def Pull(self, request: pb.PullRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ReplMessage]:
+        await self._from_node(context)
         async for m in self.n.controlet(request.shard).on_pull(request):
             yield m
 
     async def VersionedRead(
         self, request: pb.VersionedReadRequest, context: grpc.aio.ServicerContext
     ) -> pb.VersionedReadResponse:
+        await self._from_node(context)
         return await self.n.controlet(request.shard).on_versioned_read(request)
 
     async def VersionedWrite(
         self, request: pb.VersionedWriteRequest, context: grpc.aio.ServicerContext
     ) -> pb.VersionedWriteResponse:
+        await self._from_node(context)
         return await self.n.controlet(request.shard).on_versioned_write(request)
 
     async def VersionedScan(
         self, request: pb.VersionedScanRequest, context: grpc.aio.ServicerContext
     ) -> pb.VersionedScanResponse:
+        await self._from_node(context)
         return await self.n.controlet(request.shard).on_versioned_scan(request)
 
     async def Digest(self, request: pb.DigestRequest, context: grpc.aio.ServicerContext) -> pb.DigestResponse:
+        await self._from_node(context)
         return await self.n.controlet(request.shard).on_digest(request)
 
     async def Export(self, request: pb.ExportRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExportChunk]:
+        await self._from_node(context)
         async for chunk in self.n.controlet(request.shard).on_export(request):
             yield chunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import ipaddress
 
@@ -204,49 +205,53 @@ def test_with_a_peer_token_client_tokens_cannot_replicate():
 # -- TLS -------------------------------------------------------------------------------------------
 
 
-def _make_certs(d):
-    crypto = pytest.importorskip("cryptography", reason="cryptography makes the test certificates")
-    del crypto
+def _issue(d, names):
+    """A test CA (``d/ca.pem``) and, per name, a certificate with that common name for
+    localhost and 127.0.0.1, signed by it: ``{name: (cert path, key path)}``."""
+    pytest.importorskip("cryptography", reason="cryptography makes the test certificates")
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
     now = datetime.datetime.now(datetime.timezone.utc)
+    day = datetime.timedelta(days=1)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bespokv test CA")])
     ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - day).not_valid_after(now + day)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bespokv node")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
     (d / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (d / "node.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "node.key").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return TlsConfig(cert=str(d / "node.pem"), key=str(d / "node.key"), ca=str(d / "ca.pem"))
+    out = {}
+    for name in names:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - day).not_valid_after(now + day)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        stem = name.replace(" ", "-")
+        (d / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (d / f"{stem}.key").write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+        out[name] = (str(d / f"{stem}.pem"), str(d / f"{stem}.key"))
+    return str(d / "ca.pem"), out
+
+
+def _make_certs(d):
+    ca, certs = _issue(d, ["bespokv node"])
+    cert, key = certs["bespokv node"]
+    return TlsConfig(cert=cert, key=key, ca=ca)
 
 
 @pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
@@ -269,3 +274,64 @@ def test_tls(tmp_path, mutual):
             code, _ = code_of(pbg.KVStub(ch).Get, pb.GetRequest(key=b"secure"), timeout=3)
             assert code == grpc.StatusCode.UNAVAILABLE
             ch.close()
+
+
+def _identified(tmp_path):
+    """A 3-node ms-sc config with node identities: n1..n3 each with its own certificate,
+    the cluster's (a client's) named "client"."""
+    ca, certs = _issue(tmp_path, ["n1", "n2", "n3", "client"])
+    tls = TlsConfig(cert=certs["client"][0], key=certs["client"][1], ca=ca, mutual=True, node_identities=True)
+    cfg = make_config(3, replicas=3, shards=1, mode="ms-sc")
+    nodes = tuple(dataclasses.replace(n, cert=certs[n.id][0], key=certs[n.id][1]) for n in cfg.nodes)
+    return cfg.replace(nodes=nodes, tls=tls), certs
+
+
+def _channel(address, ca, cert):
+    with open(ca, "rb") as f:
+        root = f.read()
+    with open(cert[0], "rb") as f:
+        chain = f.read()
+    with open(cert[1], "rb") as f:
+        key = f.read()
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root, key, chain))
+
+
+def test_node_identities_keep_a_node_or_client_from_posing_as_a_node(tmp_path):
+    cfg, certs = _identified(tmp_path)
+    with ThreadedCluster(cfg) as tc:
+        with tc.client() as c:  # replication down the chain runs on the nodes' own certificates
+            c.put(b"who", b"n1")
+            tail = c.shard_map().shards[0].tail
+            assert c.get_local(tail, b"who") == b"n1"
+        chain = tc.client().shard_map().shards[0].replicas  # head, middle, tail
+        tail = cfg.node(chain[2])
+        position = pb.PositionRequest(shard=0)
+        # A client's certificate (signed by the same CA) opens KV, not Peer.
+        ch = _channel(tail.address, cfg.tls.ca, certs["client"])
+        code, details = code_of(pbg.PeerStub(ch).Position, position, timeout=5)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "names no node" in details
+        ch.close()
+        # The head may ask the tail, but not feed it as its upstream, the middle node.
+        ch = _channel(tail.address, cfg.tls.ca, certs[chain[0]])
+        assert pbg.PeerStub(ch).Position(position, timeout=5).position is not None
+        hello = pb.ReplMessage(shard=0, hello=pb.Hello(from_node=chain[1], epoch=1))
+        with pytest.raises(grpc.RpcError) as ei:
+            list(pbg.PeerStub(ch).Replicate(iter([hello]), timeout=5))
+        assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert f"node {chain[0]} cannot send as node {chain[1]}" in ei.value.details()
+        ch.close()
+
+
+def test_node_identities_need_a_certificate_per_node_and_mutual_tls(tmp_path):
+    from bespokv.config import load
+    from bespokv.errors import InvalidArgumentError
+
+    cfg, _ = _identified(tmp_path)
+    cfg.write(tmp_path / "cluster.toml")
+    again = load(tmp_path / "cluster.toml")  # the file keeps each node's certificate
+    assert again.tls_for("n2") == cfg.tls_for("n2") != cfg.tls and again.tls.node_identities
+    bare = NodeConfig(cfg.nodes[1].id, cfg.nodes[1].address)
+    with pytest.raises(InvalidArgumentError, match="node n2 has no certificate of its own"):
+        cfg.replace(nodes=(cfg.nodes[0], bare, cfg.nodes[2]))
+    with pytest.raises(InvalidArgumentError, match="needs mutual = true"):
+        TlsConfig(cert=cfg.tls.cert, key=cfg.tls.key, ca=cfg.tls.ca, node_identities=True)
