@@ -20,6 +20,7 @@ retrying stays :class:`cloudtier.retrying.RetryingStore`'s job, as for botocore.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from typing import TYPE_CHECKING, Any
 
 import obstore
@@ -30,7 +31,19 @@ from cloudtier.s3_errors import map_obstore_error, obstore_answer
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
 
-__all__ = ["S3Reader"]
+__all__ = ["S3Reader", "usable_here"]
+
+# obstore does its I/O on a tokio runtime whose threads a fork does not copy: a forked
+# child that calls into obstore once its parent has hangs for ever, even through a store
+# made in the child (obstore and tokio both call fork unsupported; measured here). So the
+# first process to make a reader owns obstore, and in its forked children S3Store reads
+# through botocore instead (usable_here). A child of a process that never made one may.
+_owner: int | None = None
+
+
+def usable_here() -> bool:
+    """Whether this process may call into obstore: no ancestor it was forked from did."""
+    return _owner is None or _owner == os.getpid()
 
 # How long obstore may keep a credential before asking botocore again. botocore's own
 # refreshable credentials renew themselves well before they expire.
@@ -56,6 +69,9 @@ class S3Reader:
         read_timeout: float,
         max_pool_connections: int,
     ) -> None:
+        global _owner
+        if _owner is None:
+            _owner = os.getpid()  # before obstore starts its runtime
         endpoint = str(client.meta.endpoint_url)
         virtual = addressing_style == "virtual" or (addressing_style == "auto" and not custom_endpoint)
         options: ClientConfig = {

@@ -42,7 +42,7 @@ from botocore.config import Config
 
 from cloudtier.errors import InvalidKeyError, NotFoundError, PreconditionFailedError, StoreError
 from cloudtier.s3_errors import error_code, map_botocore_error
-from cloudtier.s3_reads import S3Reader
+from cloudtier.s3_reads import S3Reader, usable_here
 from cloudtier.store import (
     DEFAULT_PAGE_SIZE,
     MAX_KEY_BYTES,
@@ -168,9 +168,11 @@ class S3Store(ClosableMixin, ObjectStore):
             tcp_keepalive=True,
             user_agent_extra="cloudtier",
         )
-        self._client = session.client(
+        self._new_client: Callable[[], Any] = lambda: session.client(
             "s3", endpoint_url=endpoint_url, config=config, verify=verify
         )
+        self._boto = self._new_client()
+        self._pid = os.getpid()
         try:
             self._reader = S3Reader(
                 bucket,
@@ -190,6 +192,15 @@ class S3Store(ClosableMixin, ObjectStore):
         except BaseException:
             self._client.close()
             raise
+
+    @property
+    def _client(self) -> Any:
+        """The botocore client of this process. A forked child makes its own: the pooled
+        keep-alive connections are shared with the parent, and two processes sending on
+        one connection could each read the other's answer."""
+        if self._pid != os.getpid():
+            self._boto, self._pid = self._new_client(), os.getpid()
+        return self._boto
 
     @property
     def bucket(self) -> str:
@@ -251,7 +262,28 @@ class S3Store(ClosableMixin, ObjectStore):
         if hi is not None and lo >= hi:
             self.head(key)  # HTTP has no empty range; still report a missing object
             return b""
-        return self._reader.get(full, lo, hi, f"get {key!r}")
+        if usable_here():
+            return self._reader.get(full, lo, hi, f"get {key!r}")
+        return self._get_by_botocore(full, lo, hi, f"get {key!r}")
+
+    def _get_by_botocore(self, full: str, lo: int, hi: int | None, what: str) -> bytes:
+        """A GET in a process forked from one that used obstore (s3_reads.usable_here)."""
+        params: dict[str, Any] = {"Bucket": self._bucket, "Key": full}
+        if lo > 0 or hi is not None:
+            params["Range"] = f"bytes={lo}-{'' if hi is None else hi - 1}"
+        try:
+            resp = self._client.get_object(**params)
+            body = resp["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+        except bce.ClientError as e:
+            if error_code(e)[0] == "InvalidRange":
+                return b""  # the object exists; lo is at or past its end
+            raise map_botocore_error(e, what) from e
+        except _BOTO_ERRORS as e:
+            raise map_botocore_error(e, what) from e
 
     def head(self, key: str) -> ObjectInfo:
         self._check_open()

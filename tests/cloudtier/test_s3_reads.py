@@ -134,3 +134,41 @@ def test_a_get_without_credentials_says_what_to_set(
             store.get("k")
     assert not info.value.retriable
     assert "AWS_ACCESS_KEY_ID" in str(info.value)
+
+
+def test_a_forked_child_reads_and_writes_without_hanging(s3_options: dict[str, Any]) -> None:
+    """obstore's runtime does not survive a fork: a child calling into it after the parent
+    did hung for ever. The child reads through botocore instead, on connections of its
+    own (the parent's pooled ones stay the parent's), through the inherited store and a
+    new one; the parent goes on reading through obstore."""
+    import os
+
+    with S3Store(BUCKET, "forked", **s3_options) as store:
+        store.put("k", b"0123456789" * 100)
+        assert store.get("k", 10, 20) == b"0123456789"  # obstore's runtime runs now
+        parent_client = store._client
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without running the parent's cleanup
+            try:
+                with S3Store(BUCKET, "forked", **s3_options) as fresh:
+                    got = [store.get("k", 0, 5), store.get("k", 995), fresh.get("k", 5, 10)]
+                    store.put("child", b"hello")
+                    got.append(fresh.get("child"))
+                ok = got == [b"01234", b"56789", b"56789", b"hello"] and store._client is not parent_client
+                os.write(w, b"ok" if ok else repr(got).encode())
+            except BaseException as e:  # noqa: BLE001 - reported to the parent
+                os.write(w, repr(e).encode()[:500])
+            finally:
+                os._exit(0)
+        os.close(w)
+        deadline = time.monotonic() + 60
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung reading the store")
+            time.sleep(0.05)
+        with os.fdopen(r, "rb") as f:
+            assert f.read() == b"ok"
+        assert store.get("child") == b"hello" and store._client is parent_client
