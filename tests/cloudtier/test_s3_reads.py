@@ -157,7 +157,7 @@ def test_a_forked_child_reads_and_writes_without_hanging(s3_options: dict[str, A
                     got.append(fresh.get("child"))
                 ok = got == [b"01234", b"56789", b"56789", b"hello"] and store._client is not parent_client
                 os.write(w, b"ok" if ok else repr(got).encode())
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
+            except BaseException as e:  # reported to the parent
                 os.write(w, repr(e).encode()[:500])
             finally:
                 os._exit(0)
