@@ -31,7 +31,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 def run_isolated(spec: dict[str, Any], timeout: float | None = None, *,
                  module: str = "bench.trial", pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
     """Run :func:`bench.trial.run_trial` on ``spec`` in a child process; return its result
-    with ``rss.tree_peak`` (sampled, bytes) and ``exit_code`` added.
+    with ``rss.tree_peak`` and ``rss.tree_peak_pss`` (sampled, bytes) and ``exit_code`` added.
 
     ``module`` is the child's entry (``python -m MODULE SPEC RESULT``; the tiering
     experiment uses ``bench.tiering``); ``pass_fds`` are descriptors the child inherits.
@@ -61,6 +61,7 @@ def run_isolated(spec: dict[str, Any], timeout: float | None = None, *,
             result = {"system": spec.get("system"), "workload": (spec.get("stream") or {}).get("workload"),
                       "status": "failed", "error": f"trial process {why}"}
         result.setdefault("rss", {})["tree_peak"] = sampler.peak
+        result["rss"]["tree_peak_pss"] = sampler.peak_pss
         result["rss"]["samples"] = sampler.samples
         result["exit_code"] = code
         return result

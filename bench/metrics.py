@@ -37,6 +37,7 @@ __all__ = [
     "disk_usage",
     "RssSampler",
     "tree_rss",
+    "tree_memory",
     "self_peak_rss",
     "cpu_seconds",
     "load_average",
@@ -240,6 +241,40 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def _pss(pid: int) -> int:
+    """Proportional set size (bytes) of ``pid`` from /proc/PID/smaps_rollup: its private
+    pages plus its share of pages mapped by several processes (0 where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """``(RSS, PSS)`` (bytes) of process ``pid`` plus all its descendants ((0, 0) if gone).
+    A sum of RSS counts a page shared by several processes (the interpreter, libraries)
+    once per process; a sum of PSS counts it once in all."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc] + proc.children(recursive=True)
+    except psutil.Error:
+        return 0, 0
+    rss = pss = 0
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+        except psutil.Error:
+            continue
+        pss += _pss(p.pid)
+    return rss, pss
+
+
 class RssSampler:
     """Samples the RSS of a process tree in a background thread; tracks the peak.
 
@@ -253,16 +288,17 @@ class RssSampler:
         self.pid = pid
         self.interval = interval
         self.peak = 0
+        self.peak_pss = 0  # the peak of the tree's summed PSS (sampled alike)
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            rss = tree_rss(self.pid)
+            rss, pss = tree_memory(self.pid)
             self.samples += 1
-            if rss > self.peak:
-                self.peak = rss
+            self.peak = max(self.peak, rss)
+            self.peak_pss = max(self.peak_pss, pss)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> "RssSampler":

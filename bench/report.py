@@ -145,7 +145,7 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
         body.append([
             t["workload"].upper(), _label(t),
             _cpu(t), format_bytes(rss.get("baseline")), format_bytes(rss.get("peak_self")),
-            format_bytes(rss.get("tree_peak")),
+            format_bytes(rss.get("tree_peak")), format_bytes(rss.get("tree_peak_pss")),
             format_bytes(get_path(disk, "after_load", "allocated")),
             format_bytes(get_path(disk, "after_run", "allocated")),
             format_bytes(get_path(disk, "after_run", "apparent")),
@@ -160,13 +160,16 @@ def _resources_section(doc: dict[str, Any]) -> list[str]:
     return ["## Resources", "",
             "RSS: *baseline* is the trial process after imports, before opening the system; "
             "*peak (process)* is its exact `ru_maxrss`; *peak (tree)* is the sampled peak of the "
-            "process plus its children (worker processes, servers). Disk: bytes allocated in the "
+            "process plus its children (worker processes, servers); *peak PSS (tree)* the sampled peak of "
+            "their summed proportional set sizes (/proc/PID/smaps_rollup: a page shared by several "
+            "processes counts once in all, where the RSS sum counts it once per process). Disk: bytes allocated in the "
             "system's data directory after the load (and settle) and after the run. CPU: user + "
             "system seconds of the trial process and its reaped children (open to close). Object store: "
             "what the trial's prefix held after the run, the HTTP requests that crossed the proxy "
             "during the trial (load + run), the system's own request counts during the run, and "
             "the dollar estimate of the trial's requests and of storing its data for a month.", "",
             _md_table(["wl", "system", "CPU s (process + children)", "RSS baseline", "peak (process)", "peak (tree)",
+                       "peak PSS (tree)",
                        "disk after load", "disk after run", "apparent", "objects", "stored",
                        "proxy requests", "system requests (run)", "requests $", "storage $/month"],
                       body), ""]

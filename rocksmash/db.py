@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import pickle
 import threading
 import time
 import weakref
@@ -55,7 +54,7 @@ from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter
 from .wal_shipping import WalShipper
-from .worker import WorkerPool, shared_pool
+from .worker import Handoff, WorkerPool, shared_pool
 from .write_batch import WriteBatch, encode_batch, ops_within
 
 __all__ = ["DB", "Snapshot", "DBIterator"]
@@ -252,9 +251,8 @@ class DB:
         # The process's shared worker pools (None: jobs run on this process's threads).
         # (Worker processes use the real file system, without an env's faults.)
         workers = opts.background_processes and type(self._env) is PosixEnv
-        self._flush_worker = shared_pool("flush") if workers else None
-        self._compaction_worker = (shared_pool("compaction") if workers
-                                   else None)
+        # One pool for both; flushes go first in it (decision 0031).
+        self._flush_worker = self._compaction_worker = shared_pool() if workers else None
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
@@ -378,11 +376,13 @@ class DB:
     def _new_numbers(self, count: int) -> list[int]:
         return [self._take_number() for _ in range(count)]
 
-    def _run_job(self, pool: WorkerPool | None, job: str, **kwargs: Any) -> Any:
-        """Run a job in a worker of ``pool`` (or inline, on this thread)."""
+    def _run_job(self, pool: WorkerPool | None, job: str, urgent: bool = False,
+                 **kwargs: Any) -> Any:
+        """Run a job in a worker of ``pool`` (or inline, on this thread); an ``urgent``
+        one (a flush) before the compactions waiting for a worker."""
         if pool is None:
             return JOBS[job](env=self._env, **kwargs)
-        return pool.call(job, **kwargs)
+        return pool.call(job, urgent, **kwargs)
 
     # ----------------------------------------------------------------- writes
 
@@ -984,13 +984,16 @@ class DB:
         contents = self._flush_contents(mem)
         if contents is not None:
             job, args = contents
-            result = self._run_job(self._flush_worker, job, **args, table_path=table_path,
-                                   opts=self._job_opts, snapshots=snapshots)
-            last_seq = mem.last_seq
-        else:
-            result = self._run_job(self._flush_worker, "flush_segment", segment_path=seg_path,
+            del contents
+            result = self._run_job(self._flush_worker, job, True, **args,
                                    table_path=table_path, opts=self._job_opts,
                                    snapshots=snapshots)
+            del args
+            last_seq = mem.last_seq
+        else:
+            result = self._run_job(self._flush_worker, "flush_segment", True,
+                                   segment_path=seg_path, table_path=table_path,
+                                   opts=self._job_opts, snapshots=snapshots)
             last_seq = result["last_seq"]
         info: TableInfo | None = result["table"]
         if not self._wait_to_install(mem):
@@ -1040,8 +1043,9 @@ class DB:
             contents = marshal.dumps((mem.entries, mem.old, mem.ranges))
         except ValueError:  # (keys and values are always bytes; this is a safety net)
             return None
-        # Out of band: the pipe takes these bytes as they are, no copy into the pickle.
-        return "flush_marshalled", {"contents": pickle.PickleBuffer(contents)}
+        # Out of band: the pipe takes these bytes as they are, no copy into the pickle;
+        # a Handoff, so they are freed once written, not held for the whole job.
+        return "flush_marshalled", {"contents": Handoff(contents)}
 
     def _log_edit(self, edit: VersionEdit) -> None:
         """Make ``edit`` durable (``_version_lock`` held), rolling the manifest if large.

@@ -27,6 +27,7 @@ import functools
 import heapq
 import marshal
 import os
+import sys
 from bisect import bisect_left, bisect_right
 from itertools import chain
 from operator import itemgetter
@@ -38,9 +39,11 @@ from .range_del import Tombstone, clip, union
 from .table import Table
 from .table_builder import TableBuilder, TableInfo
 from .wal import read_segment
+from .worker import Handoff
 from .write_batch import decode_batch
 
-__all__ = ["flush_segment", "flush_memtable", "flush_marshalled", "compact", "JOBS"]
+__all__ = ["flush_segment", "flush_memtable", "flush_marshalled", "compact", "loaded_modules",
+           "JOBS"]
 
 
 def _retained(versions: list[tuple[int, bytes | None]], snapshots: list[int],
@@ -279,13 +282,17 @@ def flush_memtable(*, entries: dict[bytes, tuple[int, bytes | None]],
     return {"table": tables[0] if tables else None}
 
 
-def flush_marshalled(*, contents: bytes, table_path: str, opts: dict, snapshots: list[int],
-                     env: Env = POSIX) -> dict:
+def flush_marshalled(*, contents: Handoff | bytes, table_path: str, opts: dict,
+                     snapshots: list[int], env: Env = POSIX) -> dict:
     """:func:`flush_memtable` of ``marshal.dumps((entries, old, ranges))``: how a sealed
     memtable reaches a worker process. marshal (the worker is the same interpreter)
     encodes a memtable of 200,000 entries in about 20 ms of the foreground's time, where
-    pickle takes about 250 ms (decision 0026)."""
-    entries, old, ranges = marshal.loads(contents)
+    pickle takes about 250 ms (decision 0026). A :class:`Handoff` is taken, so the
+    marshalled bytes are freed once unpacked, before the table is written."""
+    data = contents.take() if isinstance(contents, Handoff) else contents
+    del contents
+    entries, old, ranges = marshal.loads(data)
+    del data
     return flush_memtable(entries=entries, old=old, ranges=ranges, table_path=table_path,
                           opts=opts, snapshots=snapshots, env=env)
 
@@ -321,9 +328,11 @@ def _store(spec: Any) -> Any:
 def _traffic(store: Any) -> dict | None:
     """Request and byte counts of a worker's own store handle (None in-process, where
     the caller's store already counts them)."""
+    if store is None:
+        return None
     import cloudtier
 
-    meter = store.find(cloudtier.MeteredStore) if store is not None else None
+    meter = store.find(cloudtier.MeteredStore)
     if meter is None:
         return None
     snap = meter.snapshot()
@@ -402,20 +411,30 @@ def _in_hierarchy(job: Callable[..., dict]) -> Callable[..., dict]:
     the caller), an object-store failure its mapped kind (see ``cloud.store_errors``)."""
     @functools.wraps(job)
     def run(**kwargs: Any) -> dict:
-        from cloudtier import StoreError
-
-        from .cloud import store_errors
-
         try:
             return job(**kwargs)
         except OSError as e:
             raise os_error(f"{job.__name__}", e) from e
-        except StoreError as e:
-            raise store_errors(f"{job.__name__}", e) from e
+        except Exception as e:
+            # Only a job that used a store can raise StoreError, and then cloudtier is
+            # loaded: a local job's worker never imports it (decision 0031).
+            cloudtier = sys.modules.get("cloudtier")
+            if cloudtier is not None and isinstance(e, cloudtier.StoreError):
+                from .cloud import store_errors
+
+                raise store_errors(f"{job.__name__}", e) from e
+            raise
     return run
 
 
+def loaded_modules(*, names: list[str]) -> list[str]:
+    """Those of ``names`` this process has imported (a worker's diagnostic: it is meant
+    to import only what jobs need, see worker.py)."""
+    return [n for n in names if n in sys.modules]
+
+
 #: Jobs by name, for the worker protocol.
-JOBS = {"flush_segment": _in_hierarchy(flush_segment),
+JOBS: dict[str, Callable[..., Any]] = {"flush_segment": _in_hierarchy(flush_segment),
         "flush_memtable": _in_hierarchy(flush_memtable),
-        "flush_marshalled": _in_hierarchy(flush_marshalled), "compact": _in_hierarchy(compact)}
+        "flush_marshalled": _in_hierarchy(flush_marshalled), "compact": _in_hierarchy(compact),
+        "loaded_modules": loaded_modules}

@@ -201,12 +201,13 @@ def test_stats_shape(db):
     assert s["table_bytes"] > 0
 
 
-def test_databases_share_the_processes_worker_pools(tmp_path):
-    """Five databases that all flush and compact use the process's two shared pools (one
-    worker per CPU, at least 2, each), not two workers each."""
+def test_databases_share_the_processes_worker_pool(tmp_path):
+    """Five databases that all flush and compact use the process's one shared pool (one
+    worker per CPU, at least 2), not workers of their own."""
     psutil = pytest.importorskip("psutil")
     from rocksmash.worker import shared_pool
 
+    pool = shared_pool()
     dbs = [rocksmash.open(tmp_path / f"db{i}", memtable_size="4KiB") for i in range(5)]
     try:
         for db in dbs:
@@ -214,8 +215,8 @@ def test_databases_share_the_processes_worker_pools(tmp_path):
                 db.put(b"%05d" % i, b"x" * 50)
             db.flush()
             db.compact_range()
-        pids = set(shared_pool("flush").pids) | set(shared_pool("compaction").pids)
-        assert 2 <= len(pids) <= 2 * shared_pool("flush").size
+        pids = set(pool.pids)
+        assert 1 <= len(pids) <= pool.size
         assert all(psutil.pid_exists(p) for p in pids)
     finally:
         for db in dbs:
@@ -223,7 +224,31 @@ def test_databases_share_the_processes_worker_pools(tmp_path):
     with rocksmash.open(tmp_path / "db0") as db:  # reopened: the same workers serve it
         db.put(b"more", b"x")
         db.flush()
-        assert set(shared_pool("flush").pids) <= pids | set(shared_pool("flush").pids)
+        assert set(pool.pids) <= pids | set(pool.pids)
+        assert len(pool.pids) <= pool.size
+
+
+def test_a_worker_imports_only_what_jobs_need(tmp_path):
+    """A worker process runs jobs without the package's __init__ (which imports the whole
+    engine and the cloud tier): after a flush and a compaction in it, neither rocksmash.db
+    nor cloudtier is loaded there."""
+    from rocksmash.worker import WorkerProcess
+
+    opts = {"block_size": 4096, "compression": "none", "bloom_bits_per_key": 10}
+    entries = {b"%05d" % i: (i + 1, b"x" * 50) for i in range(200)}
+    w = WorkerProcess()
+    try:
+        flushed = w.call("flush_memtable", entries=entries, old={}, ranges=[],
+                         table_path=str(tmp_path / "1.sst"), opts=opts, snapshots=[])
+        assert flushed["table"].smallest == b"00000"
+        out = w.call("compact", runs=[[{"path": str(tmp_path / "1.sst")}]],
+                     out_paths=[str(tmp_path / "2.sst")], opts=opts, snapshots=[],
+                     bottommost=True, target_file_size=1 << 20)
+        assert [t.largest for t in out["tables"]] == [b"00199"]
+        names = ["rocksmash.db", "cloudtier", "rocksmash.jobs"]
+        assert w.call("loaded_modules", names=names) == ["rocksmash.jobs"]
+    finally:
+        w.stop()
 
 
 def test_concurrent_writers_and_readers(tmp_path):
