@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from collections.abc import Sequence
 from functools import lru_cache
 
 from xxhash import xxh3_64_intdigest
@@ -60,7 +61,7 @@ def choose_k(bits_per_key: int) -> int:
     return max(1, min(10, bits_per_key // 2))
 
 
-def build_filter(hashes: list[int], bits_per_key: int) -> bytes:
+def build_filter(hashes: Sequence[int], bits_per_key: int) -> bytes:
     """Encode a filter holding ``hashes`` (from :func:`key_hash`)."""
     if bits_per_key <= 0 or not hashes:
         return _HEAD.pack(0, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate, repeat
@@ -72,7 +73,9 @@ class TableBuilder:
         self._block = BlockBuilder()
         self._index = BlockBuilder()
         self._pending: tuple[bytes, bytes] | None = None  # (last key, handle) of last block
-        self._hashes: list[int] = []
+        # Key hashes for the filter, 8 bytes each in an array (a list of 64-bit ints
+        # costs 56: 5 MiB more per 100,000-key table, in the worker's peak).
+        self._hashes = array("Q")
         self._last: bytes | None = None
         self._smallest: bytes | None = None
         self.count = 0
@@ -152,7 +155,7 @@ class TableBuilder:
                 block.values += puts[i:j]
             block.size += ends[j] - ends[i]
             i = j
-        self._hashes += map(key_hash, keys)
+        self._hashes.extend(map(key_hash, keys))
         if self._smallest is None:
             self._smallest = keys[0]
         self._last = keys[-1]
