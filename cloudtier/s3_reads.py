@@ -73,7 +73,10 @@ class S3Reader:
         if _owner is None:
             _owner = os.getpid()  # before obstore starts its runtime
         endpoint = str(client.meta.endpoint_url)
-        virtual = addressing_style == "virtual" or (addressing_style == "auto" and not custom_endpoint)
+        # As boto3's "auto": virtual-hosted on AWS unless a dotted name would break TLS.
+        virtual = addressing_style == "virtual" or (
+            addressing_style == "auto" and not custom_endpoint and "." not in bucket
+        )
         options: ClientConfig = {
             "allow_http": endpoint.startswith("http://"),
             "connect_timeout": _dt.timedelta(seconds=connect_timeout),
