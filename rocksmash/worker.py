@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -190,13 +191,18 @@ class WorkerPool:
     tried once more, unless a :class:`Handoff` argument was spent on the first try (then
     WorkerDied, which is retriable, goes to the caller, who still has the data)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, idle_exit: float | None = None) -> None:
         self.size = size
         self._idle: list[WorkerProcess] = []
         self._count = 0
         self._waiting = 0  # calls waiting for a worker (of which urgent:)
         self._urgent_waiting = 0
         self._cv = threading.Condition()
+        #: Seconds after which an idle worker's process is stopped (None: never); the
+        #: next job starts a new one (see :meth:`_reap`).
+        self.idle_exit = idle_exit
+        self._idle_since: dict[int, float] = {}  # id(worker) -> when it came back
+        self._reaper: threading.Thread | None = None
 
     def _take(self, urgent: bool) -> WorkerProcess:
         """A free worker (lock held), after every waiting urgent call if not ``urgent``."""
@@ -212,10 +218,35 @@ class WorkerPool:
         finally:
             self._waiting -= 1
             self._urgent_waiting -= urgent
+        if self.idle_exit is not None and self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="rocksmash-worker-reaper",
+                                            daemon=True)
+            self._reaper.start()
         if self._idle:
             return self._idle.pop()
         self._count += 1
         return WorkerProcess()
+
+    def _reap(self) -> None:
+        """Stop the processes of workers idle for ``idle_exit`` seconds (a thread). A
+        worker being stopped is out of the idle list, so no job can get it meanwhile;
+        it goes back afterwards, without a process, and its next job starts one."""
+        assert self.idle_exit is not None
+        while True:
+            with self._cv:
+                now = time.monotonic()
+                due = [w for w in self._idle if w.pid is not None
+                       and now - self._idle_since.get(id(w), now) >= self.idle_exit]
+                for w in due:
+                    self._idle.remove(w)
+                if not due:
+                    self._cv.wait(self.idle_exit / 2)
+                    continue
+            for w in due:
+                w.stop()
+            with self._cv:
+                self._idle.extend(due)
+                self._cv.notify_all()
 
     def call(self, job: str, urgent: bool = False, **kwargs: Any) -> Any:
         with self._cv:
@@ -230,6 +261,7 @@ class WorkerPool:
         finally:
             with self._cv:
                 self._idle.append(w)
+                self._idle_since[id(w)] = time.monotonic()
                 self._cv.notify_all()
 
     @property
@@ -253,6 +285,12 @@ _pool: list[WorkerPool] = []
 _pool_lock = threading.Lock()
 
 
+#: Seconds an idle worker of the shared pool keeps its process. A worker idle after its
+#: trim still holds 20-33 MiB; a database that stops writing (a read-only phase, an idle
+#: service) needs none, and a new process costs about 60 ms of start-up.
+IDLE_EXIT = 5.0
+
+
 def pool_size(cpus: int | None) -> int:
     """Workers in the shared pool: one per CPU but the one the foreground (the process's
     own Python thread) runs on, at least 1. More workers than can run at once only hold
@@ -267,7 +305,7 @@ def shared_pool() -> WorkerPool:
     never queue behind a compaction (decision 0031)."""
     with _pool_lock:
         if not _pool:
-            _pool.append(WorkerPool(pool_size(os.cpu_count())))
+            _pool.append(WorkerPool(pool_size(os.cpu_count()), idle_exit=IDLE_EXIT))
         return _pool[0]
 
 

@@ -61,3 +61,16 @@ def test_a_handoff_gives_its_bytes_once_and_lets_go_when_pickled():
     assert bytes(got.take()) == data
     with pytest.raises(ValueError):
         got.take()
+
+
+def test_an_idle_worker_exits_and_the_next_job_starts_another():
+    pool = WorkerPool(1, idle_exit=0.2)
+    try:
+        assert pool.call("loaded_modules", names=["rocksmash.jobs"]) == ["rocksmash.jobs"]
+        (first,) = pool.pids
+        _wait_for(lambda: pool.pids == [], "the idle worker's process to be stopped")
+        assert pool.call("loaded_modules", names=["rocksmash.jobs"]) == ["rocksmash.jobs"]
+        assert pool.pids and pool.pids != [first]
+    finally:
+        pool.idle_exit = 3600.0
+        pool.stop()
