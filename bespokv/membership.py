@@ -43,7 +43,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 
 from bespokv import representation, versioned
@@ -157,18 +156,11 @@ async def _merge_replicas(
     await w.write([(FORMAT_KEY, representation.VERSIONED)])
 
 
-def _load(smap: ShardMap) -> Counter[str]:
-    load: Counter[str] = Counter({n: 0 for n in smap.nodes})
-    for s in smap.shards.values():
-        load.update(s.replicas)
-    return load
-
-
 def plan_add(smap: ShardMap, node: str) -> list[tuple[int, str]]:
     """``(shard, donor)`` moves that give ``node`` its even share (``floor(replicas x shards
     / nodes)``) of replicas, each taken from the most loaded node at the time
     (a non-head before a head), only from nodes holding at least two more than it."""
-    load = _load(smap)
+    load = smap.load()
     total = sum(len(s.replicas) for s in smap.shards.values())
     share = total // max(1, len(smap.nodes))
     mine = {s.id for s in smap.shards.values() if node in s.replicas}
@@ -195,7 +187,7 @@ def plan_remove(smap: ShardMap, node: str) -> list[tuple[int, str]]:
     """``(shard, target)`` moves that take every replica off ``node``: each to the least
     loaded other node that does not replicate the shard. Raises InvalidArgumentError when
     no node can take one."""
-    load = _load(smap)
+    load = smap.load()
     del load[node]
     moves: list[tuple[int, str]] = []
     for s in smap.shards.values():

@@ -26,7 +26,6 @@ until a later full copy overwrites it (``bespokv node remove`` takes it out of t
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable, Mapping
 
 from bespokv.shardmap import ShardInfo, ShardMap
@@ -67,9 +66,7 @@ def shortfalls(smap: ShardMap, counts: Mapping[int, int], down: set[str]) -> lis
 def replacement(smap: ShardMap, info: ShardInfo, down: set[str]) -> str | None:
     """The node that adds the replica ``info`` lacks: the live member with the fewest
     replicas that holds none of this shard, ties broken by id. None: no node can."""
-    load: Counter[str] = Counter({n: 0 for n in smap.nodes})
-    for s in smap.shards.values():
-        load.update(s.replicas)
+    load = smap.load()
     candidates = [n for n in smap.nodes if n not in down and n not in info.replicas]
     return min(candidates, key=lambda n: (load[n], n), default=None)
 

@@ -152,6 +152,13 @@ class ShardMap:
     def shard_of_key(self, key: bytes) -> ShardInfo:
         return self.shards[self._ring.lookup(key)]
 
+    def load(self) -> Counter[str]:
+        """Replicas each member holds (0 for a member that holds none)."""
+        load: Counter[str] = Counter({n: 0 for n in self.nodes})
+        for s in self.shards.values():
+            load.update(s.replicas)
+        return load
+
     def shards_of(self, node_id: str) -> list[ShardInfo]:
         return [s for s in self.shards.values() if node_id in s.replicas]
 

@@ -251,8 +251,8 @@ class DB:
         # The process's shared worker pools (None: jobs run on this process's threads).
         # (Worker processes use the real file system, without an env's faults.)
         workers = opts.background_processes and type(self._env) is PosixEnv
-        # One pool for both; flushes go first in it (decision 0031).
-        self._flush_worker = self._compaction_worker = shared_pool() if workers else None
+        # One pool for flushes and compactions; flushes go first in it (decision 0031).
+        self._pool = shared_pool() if workers else None
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
@@ -293,7 +293,7 @@ class DB:
         references any more."""
         cloud = self._cloud
         found = recover(self._env, self.path, self.options, cloud, self._pub, self._stats,
-                        self._job_opts, self._flush_worker, self._progress,
+                        self._job_opts, self._pool, self._progress,
                         self._open_table)
         self._fresh = found.fresh
         self.db_id = found.db_id
@@ -985,13 +985,13 @@ class DB:
         if contents is not None:
             job, args = contents
             del contents
-            result = self._run_job(self._flush_worker, job, True, **args,
+            result = self._run_job(self._pool, job, True, **args,
                                    table_path=table_path, opts=self._job_opts,
                                    snapshots=snapshots)
             del args
             last_seq = mem.last_seq
         else:
-            result = self._run_job(self._flush_worker, "flush_segment", True,
+            result = self._run_job(self._pool, "flush_segment", True,
                                    segment_path=seg_path, table_path=table_path,
                                    opts=self._job_opts, snapshots=snapshots)
             last_seq = result["last_seq"]
@@ -1036,7 +1036,7 @@ class DB:
         make the same bytes (decision 0026)."""
         if mem.last_seq is None or mem.size >= _FLUSH_BY_VALUE_LIMIT:
             return None
-        if self._flush_worker is None:
+        if self._pool is None:
             return "flush_memtable", {"entries": mem.entries, "old": mem.old,
                                       "ranges": mem.ranges}
         try:
@@ -1270,7 +1270,7 @@ class DB:
         job: dict[str, Any] = dict(
             runs=runs, out_paths=paths, snapshots=snapshots, bottommost=c.bottommost,
             target_file_size=target, opts=self._cloud_job_opts if to_cloud else self._job_opts)
-        worker = self._compaction_worker
+        worker = self._pool
         if cloud is not None and (to_cloud or any(f.tier == CLOUD for _, f in c.inputs)):
             if to_cloud:
                 job["upload_keys"] = [FileMeta(n, 0, b"", b"", 0, 0, None, CLOUD,
