@@ -13,13 +13,11 @@ import tempfile
 import time
 from typing import Sequence
 
+from bench.metrics import tree_memory
+
 
 def _tree_rss() -> int:
-    import psutil
-
-    p = psutil.Process()
-    return p.memory_info().rss + sum(c.memory_info().rss
-                                     for c in p.children(recursive=True))
+    return tree_memory(os.getpid())[0]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,7 +36,6 @@ __all__ = [
     "per_second",
     "disk_usage",
     "RssSampler",
-    "tree_rss",
     "tree_memory",
     "self_peak_rss",
     "cpu_seconds",
@@ -221,24 +220,6 @@ def load_average() -> float | None:
         return os.getloadavg()[0]
     except OSError:
         return None
-
-
-def tree_rss(pid: int) -> int:
-    """Current RSS (bytes) of process ``pid`` plus all its descendants (0 if gone)."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc] + proc.children(recursive=True)
-    except psutil.Error:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def _pss(pid: int) -> int:
