@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
+from operator import attrgetter
 from typing import Any, Callable, Iterator
 
 from . import cache_fill, filenames, key_cache
@@ -49,7 +50,7 @@ from .read_ahead import fetch_for_keys
 from .recovery import recover, remove_unreferenced
 from .restore import Progress
 from .row_cache import RowCache
-from .table import Table
+from .table import Table, scan_tables
 from .table_builder import TableInfo
 from .version import CLOUD, LOCAL, FileMeta, Version, VersionEdit
 from .wal import WalWriter
@@ -69,6 +70,10 @@ _SHIP_AT_CLOSE_TIMEOUT = 10.0
 _FLUSH_BY_VALUE_LIMIT = 1 << 30
 #: Flush threads at most (each runs its memtable's job in its own worker process).
 _FLUSH_THREADS = 2
+
+
+#: A file's open table (the level sources map their files to tables with it).
+_TABLE = attrgetter("table")
 
 
 def _hide_covered(sources: list[Iterator[Chunk]], tombs: list[list], seq: int
@@ -821,7 +826,8 @@ class DB:
         with self._lock:
             if seq is not None:
                 self._drop_snapshot(seq)
-            self._live_snapshots()
+            if self._deferred_releases:
+                self._live_snapshots()
 
     def _drop_snapshot(self, seq: int) -> None:
         n = self._snapshots.get(seq, 0)
@@ -881,24 +887,36 @@ class DB:
     def _scan(self, start: bytes | None, end: bytes | None, reverse: bool, seq: int,
               release: Callable[[], None] | None
               ) -> tuple[Iterator[tuple[bytes, bytes]], Callable[[], None]]:
-        """Merge one source per memtable, per L0 file and per level, newest first."""
+        """Merge one source per memtable, per L0 file and per level, newest first.
+
+        Only what can hold a key of the range gets a source: an empty memtable none (a
+        write it takes later is newer than ``seq``: writers publish ``_seq`` after the
+        memtable), a table or a level whose files all miss ``[start, end)`` none."""
         ranged = self._ranged  # (read after ``seq`` was taken: see get)
         mem, imm, v = self._mem, self._imm, self._version
-        sources: list[Iterator[Chunk]] = [mem.scan(start, end, reverse, seq, self._lock)]
-        tombs = [mem.ranges] if ranged else []  # each source's, in step with ``sources``
-        sources += [m.scan(start, end, reverse, seq, None) for m in imm]
-        tombs += [m.ranges for m in imm] if ranged else []
+        sources: list[Iterator[Chunk]] = []
+        tombs: list[list] = []  # each source's range tombstones, in step with ``sources``
+        for m in (mem, *imm):
+            if m.entries or m.ranges:
+                sources.append(m.scan(start, end, reverse, seq, self._lock if m is mem else None))
+                tombs.append(m.ranges)
         for f in v.levels[0]:
-            if f.overlaps(start, end):
+            if f.overlaps(start, end) and (end is None or f.smallest < end):
                 sources.append(f.table.scan(start, end, reverse, seq))
-                if ranged:
-                    tombs.append(f.table.ranges)
+                tombs.append(f.table.ranges)
         for level in range(1, v.num_levels):
-            if v.levels[level]:
-                sources.append(self._level_scan(v, level, start, end, reverse, seq))
-                if ranged:
-                    tombs.append([t for f in v.levels[level] if f.overlaps(start, end)
-                                  for t in f.table.ranges])
+            files = v.levels[level]
+            if not files:
+                continue
+            lo = 0 if start is None else v.start_index(level, start)
+            hi = len(files) if end is None else v.end_index(level, end)
+            if lo >= hi:
+                continue
+            order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
+            sources.append(scan_tables(map(_TABLE, map(files.__getitem__, order)),
+                                       start, end, reverse, seq))
+            if ranged:
+                tombs.append([t for i in order for t in files[i].table.ranges])
         if ranged:
             sources = _hide_covered(sources, tombs, seq)
         return (merge_reverse if reverse else merge_forward)(sources, release)
@@ -907,16 +925,6 @@ class DB:
         """Whether any memtable or table holds a range tombstone (write lock held)."""
         return bool(self._mem.ranges or any(m.ranges for m in self._imm)
                     or any(f.table.ranges for _, f in self._version.files()))
-
-    @staticmethod
-    def _level_scan(v: Version, level: int, start: bytes | None, end: bytes | None,
-                    reverse: bool, seq: int) -> Iterator[Chunk]:
-        files = v.levels[level]
-        lo = 0 if start is None else v.start_index(level, start)
-        hi = len(files) if end is None else v.end_index(level, end)
-        order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
-        for i in order:
-            yield from files[i].table.scan(start, end, reverse, seq)
 
     # ----------------------------------------------------------------- background
 

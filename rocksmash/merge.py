@@ -44,7 +44,11 @@ def merge_forward(sources: Iterable[Iterator[Chunk]],
     The runs are chained by ``itertools.chain`` in C, so handing out one key costs no
     Python frame at all; the generator below resumes once per run.
     """
-    runs = _forward_runs(sources, release)
+    sources = list(sources)
+    if len(sources) == 2:  # the common case: the memtable and one level (see _forward_two)
+        runs = _forward_two(sources[0], sources[1], release)
+    else:
+        runs = _forward_runs(sources, release)
     return chain.from_iterable(runs), runs.close
 
 
@@ -97,6 +101,60 @@ def _forward_runs(sources: Iterable[Iterator[Chunk]], release: Callable[[], None
                 if h is not best and h[0][h[2]] == last:
                     h[2] += 1
             heads = [h for h in heads if h[2] < len(h[0]) or _refill(h)]
+    finally:
+        if release is not None:
+            release()
+
+
+def _next_chunk(src: Iterator[Chunk]) -> Chunk | tuple[None, None]:
+    """The next non-empty chunk of ``src``; ``(None, None)`` when it is done."""
+    for keys, values in src:
+        if keys:
+            return keys, values
+    return None, None
+
+
+def _forward_two(a: Iterator[Chunk], b: Iterator[Chunk], release: Callable[[], None] | None
+                 ) -> Generator[Iterator[tuple[bytes, bytes]], None, None]:
+    """:func:`_forward_runs` for exactly two sources, ``a`` the newer: the same runs, with
+    the two heads in locals instead of a list of heads scanned per run (a scan of the
+    memtable and one level, the common case, resumes this a few times per scan)."""
+    try:
+        ak, av = _next_chunk(a)
+        bk, bv = _next_chunk(b)
+        ai = bi = 0
+        while ak is not None and bk is not None:
+            ka = ak[ai]
+            kb = bk[bi]
+            if ka < kb:
+                end = bisect_left(ak, kb, ai)
+                yield _live(ak[ai:end], av[ai:end])  # type: ignore[index]
+                ai = end
+            elif kb < ka:
+                end = bisect_left(bk, ka, bi)
+                yield _live(bk[bi:end], bv[bi:end])  # type: ignore[index]
+                bi = end
+            else:  # both hold the key: ``a``'s version wins, ``b``'s is shadowed
+                value = av[ai]  # type: ignore[index]
+                if value is not None:
+                    yield iter(((ka, value),))
+                ai += 1
+                bi += 1
+            if ai == len(ak):
+                ak, av = _next_chunk(a)
+                ai = 0
+            if bi == len(bk):
+                bk, bv = _next_chunk(b)
+                bi = 0
+        if ak is not None:
+            keys, values, pos, src = ak, av, ai, a
+        elif bk is not None:
+            keys, values, pos, src = bk, bv, bi, b
+        else:
+            return
+        yield _live(keys[pos:], values[pos:])  # type: ignore[index]
+        for keys, values in src:
+            yield _live(keys, values)  # type: ignore[arg-type]
     finally:
         if release is not None:
             release()

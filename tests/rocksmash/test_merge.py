@@ -35,3 +35,11 @@ def test_merge_matches_model(sources, sizes):
     expected = sorted((k, v) for k, v in model.items() if v is not None)
     assert list(merge_forward([chunks(d, sizes, False) for d in sources])[0]) == expected
     assert list(merge_reverse([chunks(d, sizes, True) for d in sources])[0]) == expected[::-1]
+
+
+@given(SOURCE, SOURCE, st.lists(st.integers(1, 7), max_size=10))
+def test_two_source_merge_matches_model(newer, older, sizes):
+    """Two sources take their own path (merge._forward_two): the same model."""
+    expected = sorted((k, v) for k, v in {**older, **newer}.items() if v is not None)
+    assert list(merge_forward([chunks(newer, sizes, False), chunks(older, sizes, False)])[0]) \
+        == expected
