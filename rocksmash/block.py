@@ -145,10 +145,17 @@ class Block:
             o += 2 * m
             kinds = self.kinds = raw[o:o + n]
             o += n
-            vbase = self.vbase = o + koffs[n]
+            klen = koffs[n]
+            vbase = self.vbase = o + klen
             if vbase + voffs[n] != len(raw) or len(kinds) != n:
                 raise CorruptionError("block: sizes do not add up")
-            self.keys = _split(raw, o, koffs_raw, n, koffs)
+            # _split's fixed-width case inline (a miss decodes keys on every read): keys
+            # of one width, their offsets the expected ones, cut by one unpack_from.
+            shape = _fixed.get((klen // n, n)) if n else None
+            if shape is not None and koffs_raw == shape[0]:
+                self.keys = shape[1].unpack_from(raw, o)
+            else:
+                self.keys = _split(raw, o, koffs_raw, n, koffs)
         except (struct.error, ValueError, IndexError, TypeError) as e:
             raise CorruptionError(f"block: malformed ({e})") from None
         self._seqs: memoryview | array | None = None
@@ -156,7 +163,7 @@ class Block:
         #: Bytes charged to the block cache: what the decoded block really takes, its
         #: uncompressed bytes plus the Python objects around them (see BLOCK_OVERHEAD), so
         #: the cache's budget is memory, as RocksDB's is.
-        self.charge = len(raw) + BLOCK_OVERHEAD + KEY_OVERHEAD * n + koffs[n]
+        self.charge = len(raw) + BLOCK_OVERHEAD + KEY_OVERHEAD * n + klen
 
     @property
     def seqs(self) -> memoryview | array:

@@ -867,11 +867,14 @@ class DB:
     def _iterator(self, start: BytesLike | None, end: BytesLike | None, reverse: bool,
                   snapshot: Snapshot | None, prefix: BytesLike | None, limit: int | None,
                   project: Callable[[tuple[bytes, bytes]], Any] | None) -> DBIterator:
-        start, end = as_bound(start, "start"), as_bound(end, "end")
-        prefix = as_bound(prefix, "prefix")
+        if start is not None and type(start) is not bytes:
+            start = as_bytes(start, "start")
+        if end is not None and type(end) is not bytes:
+            end = as_bytes(end, "end")
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
         if prefix is not None:
+            prefix = as_bytes(prefix, "prefix")
             start = prefix if start is None else max(start, prefix)
             after = _prefix_end(prefix)
             end = after if end is None or (after is not None and after < end) else end

@@ -51,6 +51,10 @@ _SEEK_IN_LOOP = ("the iterator was repositioned (seek) while a for loop was iter
                  "to seek while iterating, call next(it) in a while loop")
 
 
+#: An exhausted iterator (it stays exhausted, so one serves every closed or empty position).
+_EMPTY: Iterator[Any] = iter(())
+
+
 def _hold(_snapshot: object) -> None:
     """The merge's end callback: it only holds the snapshot alive while the merge runs."""
 
@@ -83,7 +87,7 @@ class DBIterator:
         self._owns_snap = owns_snap
         self._start, self._end, self._reverse = start, end, reverse
         self._limit, self._project = limit, project
-        self._it: Iterator[Any] = iter(())
+        self._it: Iterator[Any] = _EMPTY
         self._stop: Callable[[], None] | None = None
         self._superseded = [False]
         self._closed = False
@@ -147,10 +151,12 @@ class DBIterator:
 
     def _position(self, lo: bytes | None, hi: bytes | None, empty: bool = False) -> None:
         """End the current merge; start one over ``[lo, hi)`` (a part of the range)."""
-        self._end_merge(superseded=True)
+        if self._stop is not None:
+            self._end_merge(superseded=True)
+        self._superseded[0] = True
         self._superseded = superseded = [False]
         if empty or self._limit == 0 or (lo is not None and hi is not None and lo >= hi):
-            self._it = iter(())
+            self._it = _EMPTY
             return
         release = partial(_hold, self._snap) if self._owns_snap else None
         it, self._stop = self._db._scan(lo, hi, self._reverse, self._seq, release)
@@ -180,8 +186,9 @@ class DBIterator:
         """Stop the iteration (later ``next`` raises StopIteration, ``seek`` ClosedError)
         and release its snapshot and table readers."""
         self._closed = True
-        self._end_merge(superseded=False)
-        self._it = iter(())
+        if self._stop is not None:
+            self._end_merge(superseded=False)
+        self._it = _EMPTY
         if self._db._closed:
             return
         if self._owns_snap:

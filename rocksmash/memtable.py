@@ -11,8 +11,9 @@ number, or a reader racing a multi-key batch), so the common case stores one ver
 
 Thread contract: one writer at a time (the DB write lock) mutates the active memtable;
 readers never lock for point reads (dict reads are atomic under the GIL) and take the
-write lock briefly per chunk of a scan of the *active* memtable. A sealed memtable gets
-no more writes; its ``fold_lock`` keeps two scanners from folding ``pending`` at once.
+write lock briefly per chunk of a scan of the *active* memtable when it has pending keys
+to fold (else none). A sealed memtable gets no more writes; its ``fold_lock`` keeps two
+scanners from folding ``pending`` at once.
 """
 
 from __future__ import annotations
@@ -150,12 +151,17 @@ class Memtable:
         hi_incl = False
         size = 4  # a short scan needs few memtable keys: start small, double up to _CHUNK
         while True:
-            if lock is not None:
+            if lock is not None and self.pending:
                 with lock, self.fold_lock:
                     chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse, size)
             else:
+                # Nothing to fold (or a sealed memtable): no writer's lock. A key a writer
+                # appends to ``pending`` after this check is from a write newer than
+                # ``seq`` (writers publish the sequence number after the memtable), which
+                # this scan does not see anyway; it is folded by a later scan.
                 with self.fold_lock:
-                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse, size)
+                    chunk = self._chunk(lo, hi, lo_incl, hi_incl, reverse, size,
+                                        fold=lock is None)
             if not chunk:
                 return
             keys: list[bytes] = []
@@ -178,10 +184,10 @@ class Memtable:
                 lo, lo_incl = chunk[-1], False
 
     def _chunk(self, lo: bytes | None, hi: bytes | None, lo_incl: bool, hi_incl: bool,
-               reverse: bool, size: int) -> list[bytes]:
-        """Up to ``size`` sorted keys in the range (caller holds ``fold_lock``, and the DB
-        write lock if this memtable is active)."""
-        if self.pending:
+               reverse: bool, size: int, fold: bool = True) -> list[bytes]:
+        """Up to ``size`` sorted keys in the range (caller holds ``fold_lock``, and, to
+        ``fold`` the pending keys of the active memtable, the DB write lock)."""
+        if fold and self.pending:
             self.keys.update(self.pending)
             self.pending = []
         return list(islice(self.keys.irange(lo, hi, (lo_incl, hi_incl), reverse), size))
