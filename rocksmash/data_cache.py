@@ -45,10 +45,22 @@ Capacity: the segment files never exceed ``capacity`` bytes in total (reclaiming
 before an append would cross it; re-appended entries come from the segment being
 freed). ``INDEX`` and the ghost list are extra (``INDEX`` is 33 bytes per entry).
 
-Threads: one lock guards all state. A hit holds it for two dict lookups and two counter
-updates; the ``pread`` and CRC check run outside it. A segment's descriptor is closed
-when its last reference goes (reclaim unlinks the file first), so a reader that looked
-up an entry just before its segment was reclaimed still reads the right bytes.
+Threads: two locks, so that no reader ever waits for a write. ``_lock`` (the index
+lock) guards the index, the entries' fields, the ghost list and the counters; it is held
+only for dict and counter updates, never across I/O. ``_wlock`` (the write lock) is held
+by whatever writes segment files (an admission, its reclaim, a drop, close) and guards
+the segment list, the active segment and the byte counts of the files; lock order is
+``_wlock`` then ``_lock``. A hit or a miss takes only ``_lock``: the ``pread`` and CRC
+check run outside it, and a reclaim reads the old segment and writes its survivors with
+``_wlock`` alone, taking ``_lock`` only to decide who survives and to point the
+survivors at their new place. Until then a reader still finds an entry at its old place,
+which stays readable and unchanged: segments are append-only and never rewritten (a
+writer only appends to the active segment, past every indexed record), and a reclaimed
+segment's descriptor is closed only when its last reference goes (reclaim unlinks the
+file first), so a reader that looked up an entry just before its segment was reclaimed
+still reads the right bytes. An admission from the read path is best-effort: with
+``wait=False`` a reader that cannot take ``_wlock`` at once does not admit (counted as
+``skipped``) instead of queueing behind another admission's reclaim.
 
 Crash safety: nothing here needs ``fsync`` for correctness; a kill at any point leaves
 segments whose valid records are found again at open, and everything else is dropped.
@@ -215,7 +227,8 @@ class DataCache:
             max(GHOST_MIN, min(GHOST_MAX, capacity // 4096))
         os.makedirs(dirpath, exist_ok=True)
         self._file_lock = FileLock(os.path.join(dirpath, "LOCK"))
-        self._lock = Lock()
+        self._lock = Lock()    # the index and counters (see "Threads" above)
+        self._wlock = Lock()   # the segment files, their list and sizes
         self._closed = False
         self._index: dict[int, dict[int, Entry]] = {}
         self._segs: deque[_Segment] = deque()   # oldest first
@@ -225,7 +238,7 @@ class DataCache:
         self._bytes = 0         # data bytes of live entries
         self._entries = 0
         self._ghost: OrderedDict[int, int] = OrderedDict()  # table<<32|block -> misses
-        self._hits = self._misses = self._admitted = self._rejected = 0
+        self._hits = self._misses = self._admitted = self._rejected = self._skipped = 0
         self._evicted = self._relocated = self._corrupt = 0
         #: How the index was rebuilt at open: "index" (INDEX file) or "scan".
         self.opened_from = ""
@@ -234,7 +247,7 @@ class DataCache:
         self.rows: Any = None
         try:
             self._open_segments()
-            with self._lock:
+            with self._wlock:
                 self._make_room(0)  # the capacity may have shrunk since the last run
         except BaseException:
             self._release()
@@ -291,24 +304,39 @@ class DataCache:
     # -- the write path ---------------------------------------------------------------
 
     def put(self, table: int, block: int, data: bytes, *, force: bool = False,
-            if_room: bool = False) -> bool:
+            if_room: bool = False, wait: bool = True) -> bool:
         """Offer block ``block`` of ``table``; return whether it was admitted.
 
         While the cache has room, every block is admitted (admission only guards what
         would evict). ``force=True`` skips admission (compaction writing hot ranges of
         its output); such a block starts with one eviction credit, as it is known to be
         hot. ``if_room=True`` admits only without evicting anything (compaction filling
-        spare space with the rest of its output). A ``put`` of a cached name replaces it
-        (keeping its counts). Never raises for I/O errors: a cache that cannot write just
-        does not admit.
+        spare space with the rest of its output). ``wait=False`` (the read path) gives
+        up at once, counted as ``skipped``, if another write (an admission and its
+        reclaim) is in progress: admission is best-effort, and a reader must not queue
+        behind another's I/O. A ``put`` of a cached name replaces it (keeping its
+        counts). Never raises for I/O errors: a cache that cannot write just does not
+        admit.
         """
         if not 0 <= block < DROP_BLOCK or not 0 <= table < 1 << 64:
             raise InvalidArgumentError(f"table {table} / block {block} out of range")
+        if not self._wlock.acquire(wait):
+            with self._lock:
+                self._skipped += 1
+            return False
+        try:
+            return self._put(table, block, data, force, if_room)
+        finally:
+            self._wlock.release()
+
+    def _put(self, table: int, block: int, data: bytes, force: bool, if_room: bool) -> bool:
+        """:meth:`put` with ``_wlock`` held: decide under ``_lock``, write without it,
+        then point the index at the new record under ``_lock``."""
         n = len(data)
+        key = table << 32 | block
         with self._lock:
             if self._closed:
                 raise ClosedError("data cache is closed")
-            key = table << 32 | block
             blocks = self._index.get(table)
             cached = blocks is not None and block in blocks
             room = self._disk + RECORD_HEADER_SIZE + n <= self.capacity
@@ -325,9 +353,10 @@ class DataCache:
                     self._forget(table, block, blocks)  # type: ignore[arg-type]
                 return False
             self._ghost.pop(key, None)
-            rec = _RECORD.pack(table, block, n, _crc(table, block, data)) + data
-            self._make_room(len(rec))
-            loc = self._append(rec, table, block)
+        rec = _RECORD.pack(table, block, n, _crc(table, block, data)) + data
+        self._make_room(len(rec))
+        loc = self._append(rec, table, block)
+        with self._lock:
             blocks = self._index.get(table)  # _make_room may have evicted or emptied it
             e = blocks.get(block) if blocks is not None else None
             if loc is None:
@@ -353,19 +382,21 @@ class DataCache:
         rescan from reviving them."""
         if self.rows is not None:
             self.rows.drop_table(table)
-        with self._lock:
-            if self._closed:
-                raise ClosedError("data cache is closed")
-            blocks = self._index.pop(table, None)
-            if not blocks:
-                return
-            self._entries -= len(blocks)
-            self._bytes -= sum(e[_LEN] for e in blocks.values())
+        with self._wlock:
+            with self._lock:
+                if self._closed:
+                    raise ClosedError("data cache is closed")
+                blocks = self._index.pop(table, None)
+                if not blocks:
+                    return
+                self._entries -= len(blocks)
+                self._bytes -= sum(e[_LEN] for e in blocks.values())
             rec = _RECORD.pack(table, DROP_BLOCK, 0, _crc(table, DROP_BLOCK, b""))
             self._make_room(len(rec))
             self._append(rec, table, DROP_BLOCK)
 
     def _forget(self, table: int, block: int, blocks: dict[int, Entry]) -> Entry:
+        """Drop one entry from the index (``_lock`` held)."""
         e = blocks.pop(block)
         if not blocks:
             del self._index[table]
@@ -374,7 +405,8 @@ class DataCache:
         return e
 
     def _append(self, rec: bytes, table: int, block: int) -> tuple[_Segment, int] | None:
-        """Append one record (lock held); return where it went, or None on an I/O error."""
+        """Append one record (``_wlock`` held); return where it went, or None on an I/O
+        error. The index is not touched: the caller points it at the record."""
         seg = self._active
         if seg is None or seg.size + len(rec) > self.segment_size:
             seg = self._new_segment()
@@ -412,7 +444,7 @@ class DataCache:
     # -- eviction ---------------------------------------------------------------------
 
     def _make_room(self, need: int) -> None:
-        """Reclaim the oldest segments until ``need`` more bytes fit (lock held)."""
+        """Reclaim the oldest segments until ``need`` more bytes fit (``_wlock`` held)."""
         while self._disk + need > self.capacity and self._segs:
             seg = self._segs[0]
             if seg is self._active:
@@ -423,12 +455,14 @@ class DataCache:
         """Delete the oldest segment: re-append its live entries that have a credit
         (spending one), evict the rest. Terminates: each pass spends credits.
 
-        The lock is held throughout, so the segment is read with one ``pread`` and the
-        survivors are written back with one ``pwrite`` per segment they land in: a
-        system call per record (thousands for a segment of small key-cache rows) let
-        every other thread that wanted the GIL run in between, and the readers that
-        wanted this cache's lock waited for all of it (a p99 of 30-50 ms at 64
-        threads)."""
+        ``_wlock`` is held throughout, ``_lock`` only to choose the survivors and to
+        move them: the segment is read with one ``pread`` and the survivors are written
+        back with one ``pwrite`` per segment they land in, both without ``_lock``, so
+        readers go on hitting (the survivors at their old place) and missing meanwhile.
+        One system call per record (thousands for a segment of small key-cache rows)
+        let every thread that wanted the GIL run in between, and when this ran under
+        the one lock readers queued behind all of it (45% of the client threads' time
+        at 1M records and 64 threads)."""
         self._segs.popleft()
         self._disk -= seg.size
         try:
@@ -436,32 +470,46 @@ class DataCache:
         except OSError:
             pass  # already gone; or undeletable, which a cache can only ignore
         index = self._index
-        moving: list[tuple[Entry, int, int, bytes | memoryview]] = []
-        data: memoryview | None = None
-        for table, block in zip(seg.tables, seg.blocks):
-            blocks = index.get(table)
-            e = blocks.get(block) if blocks is not None else None
-            if e is None or e[_SEG] is not seg:
-                continue  # dropped, replaced, or already handled
-            if e[_FREQ] > 0:
-                if data is None:
-                    data = memoryview(_read_all(seg))
-                rec = _check_record(data, table, block, e[_OFF], e[_LEN])
-                if rec is not None:
+        keep: list[tuple[Entry, int, int]] = []
+        with self._lock:
+            for table, block in zip(seg.tables, seg.blocks):
+                blocks = index.get(table)
+                e = blocks.get(block) if blocks is not None else None
+                if e is None or e[_SEG] is not seg:
+                    continue  # dropped, replaced, or already handled
+                if e[_FREQ] > 0:
                     e[_FREQ] -= 1
-                    moving.append((e, table, block, rec))
+                    keep.append((e, table, block))
                     continue
-                self._corrupt += 1
-            self._forget(table, block, blocks)  # type: ignore[arg-type]
-            self._evicted += 1
+                self._forget(table, block, blocks)  # type: ignore[arg-type]
+                self._evicted += 1
+        if not keep:
+            return
+        # Only writers (this thread) move entries, so offsets and lengths hold still.
+        data = memoryview(_read_all(seg))
+        moving: list[tuple[Entry, int, int, bytes | memoryview]] = []
+        damaged: list[tuple[Entry, int, int, bytes | memoryview]] = []
+        for e, table, block in keep:
+            rec = _check_record(data, table, block, e[_OFF], e[_LEN])
+            if rec is not None:
+                moving.append((e, table, block, rec))
+            else:
+                damaged.append((e, table, block, b""))
+        if damaged:
+            with self._lock:
+                self._corrupt += len(damaged)
+                self._evict_moved(damaged)
         if moving:
-            self._append_moved(moving)
+            self._append_moved(moving, seg)
 
-    def _append_moved(self, moving: list[tuple[Entry, int, int, bytes | memoryview]]
-                      ) -> None:
-        """Re-append reclaimed records (lock held): as many as fit in the active segment
-        in one ``pwrite``, then the rest in a new one. An entry whose write fails is
-        forgotten (evicted), as :meth:`_append` does for one record."""
+    def _append_moved(self, moving: list[tuple[Entry, int, int, bytes | memoryview]],
+                      old: _Segment) -> None:
+        """Re-append records reclaimed from segment ``old`` (``_wlock`` held): as many as
+        fit in the active segment in one ``pwrite``, then the rest in a new one; then,
+        under ``_lock``, point each entry that still names ``old`` at its new place (one
+        a reader dropped as damaged meanwhile stays dropped; its new bytes are dead). An
+        entry whose write fails is forgotten (evicted), as :meth:`_append` does for one
+        record."""
         i = 0
         while i < len(moving):
             seg = self._active
@@ -472,7 +520,8 @@ class DataCache:
                 room -= len(moving[j][3])
                 j += 1
             if seg is None or j == i:  # no segment, or a record larger than one
-                self._evict_moved(moving[i:i + 1])
+                with self._lock:
+                    self._evict_moved(moving[i:i + 1])
                 i += 1
                 continue
             batch = moving[i:j]
@@ -483,21 +532,27 @@ class DataCache:
                 _pwrite_all(seg.fd, data, off)
             except OSError:
                 self._active = None  # as _append: stop using this segment
-                self._evict_moved(batch)
+                with self._lock:
+                    self._evict_moved(batch)
                 i = j
                 continue
-            for e, table, block, rec in batch:
-                e[_SEG], e[_OFF] = seg, off
-                off += len(rec)
+            with self._lock:
+                for e, table, block, rec in batch:
+                    blocks = self._index.get(table)
+                    if blocks is not None and blocks.get(block) is e and e[_SEG] is old:
+                        e[_SEG], e[_OFF] = seg, off
+                        self._relocated += 1
+                    off += len(rec)
+            for _, table, block, _ in batch:
                 seg.tables.append(table)
                 seg.blocks.append(block)
             seg.size += total
             seg.dirty = True
             self._disk += total
-            self._relocated += len(batch)
             i = j
 
     def _evict_moved(self, moved: list[tuple[Entry, int, int, bytes | memoryview]]) -> None:
+        """Forget the entries of ``moved`` that are still indexed (``_lock`` held)."""
         for e, table, block, _ in moved:
             blocks = self._index.get(table)
             if blocks is not None and blocks.get(block) is e:
@@ -509,10 +564,11 @@ class DataCache:
         at once (as at open). The segment size stays as opened."""
         if capacity <= RECORD_HEADER_SIZE:
             raise InvalidArgumentError(f"capacity ({capacity}) must be positive")
-        with self._lock:
-            if self._closed:
-                raise ClosedError("data cache is closed")
-            self.capacity = capacity
+        with self._wlock:
+            with self._lock:
+                if self._closed:
+                    raise ClosedError("data cache is closed")
+                self.capacity = capacity
             self._make_room(0)
 
     # -- introspection ----------------------------------------------------------------
@@ -587,6 +643,7 @@ class DataCache:
             return {
                 "hits": self._hits, "misses": self._misses,
                 "admitted": self._admitted, "rejected": self._rejected,
+                "skipped": self._skipped,
                 "evicted": self._evicted, "relocated": self._relocated,
                 "corrupt": self._corrupt, "bytes": self._bytes,
                 "entries": self._entries, "disk_bytes": self._disk,
@@ -697,7 +754,7 @@ class DataCache:
         A second call does nothing. Closes the key cache too."""
         if self.rows is not None:
             self.rows.close()
-        with self._lock:
+        with self._wlock, self._lock:  # once at the end: readers may wait for it
             if self._closed:
                 return
             self._closed = True
@@ -731,7 +788,7 @@ class DataCache:
 
     def _abandon(self) -> None:
         """Tests only: stop as a killed process would (no fsync, no INDEX)."""
-        with self._lock:
+        with self._wlock, self._lock:
             self._closed = True
             self._drop_state()
         self._release()

@@ -154,11 +154,11 @@ class KeyCache:
         return self.store.contains(table, slot(key))
 
     def put(self, table: int, key: bytes, seq: int, value: bytes | None, *,
-            force: bool = False, if_room: bool = False) -> bool:
+            force: bool = False, if_room: bool = False, wait: bool = True) -> bool:
         """Cache the newest version of ``key`` in ``table``; see :meth:`DataCache.put`
-        for ``force`` (known hot: one eviction credit) and ``if_room``."""
+        for ``force`` (known hot: one eviction credit), ``if_room`` and ``wait``."""
         return self.store.put(table, slot(key), encode_row(key, seq, value), force=force,
-                              if_room=if_room)
+                              if_room=if_room, wait=wait)
 
     def rows(self, table: int) -> list[tuple[bytes, int]]:
         """``(key, heat)`` of every intact entry of ``table``, heat being its hits since
@@ -263,7 +263,7 @@ def lookup_entry(t: "Table", key: bytes, seq: int, i: int) -> tuple[int, bytes |
     if newest is None:
         return None  # not in this table (a bloom false positive): nothing to cache
     if hit is None:
-        kc.put(t.number, key, newest[0], newest[1])
+        kc.put(t.number, key, newest[0], newest[1], wait=False)  # a reader: best-effort
     return newest if newest[0] <= seq else newest_version(blk, key, seq)
 
 

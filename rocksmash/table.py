@@ -213,14 +213,14 @@ class Table:
             raise CorruptionError(f"{self.name}: blocks {lo}-{hi} cut short")
         stored = data[offsets[i] - start:offsets[i] - start + sizes[i] + TRAILER_SIZE]
         blk = Block(decode_stored(memoryview(stored), what))
-        dc.put(self.number, i, stored)
+        dc.put(self.number, i, stored, wait=False)  # best-effort: never queue behind a reclaim
         room = True
         for b in range(lo, hi + 1):
             if b == i:
                 continue
             piece = data[offsets[b] - start:offsets[b] - start + sizes[b] + TRAILER_SIZE]
             if room:
-                room = dc.put(self.number, b, piece, if_room=True)
+                room = dc.put(self.number, b, piece, if_room=True, wait=False)
             if self.cache is not None and self.blocks[b] is None:
                 # Into the block cache too, unreferenced: CLOCK drops it first if unused.
                 self.cache.insert(self, b, Block(decode_stored(memoryview(piece), what)),

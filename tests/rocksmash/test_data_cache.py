@@ -395,7 +395,7 @@ def test_threads_smoke(tmp_path):
                     got = c.get(t, b)
                     assert got is None or got == blk(t, b)
                 elif op < 0.98:
-                    c.put(t, b, blk(t, b))
+                    c.put(t, b, blk(t, b), wait=op < 0.75)
                 else:
                     c.drop_table(t)
         except BaseException as e:  # pragma: no cover - reported below
@@ -410,6 +410,64 @@ def test_threads_smoke(tmp_path):
     s = c.stats()
     assert s["disk_bytes"] <= 200_000 and s["corrupt"] == 0 and s["hits"] > 0
     assert s["entries"] == sum(len(c.cached_blocks(t)) for t in range(4))
+    c.close()
+
+
+def test_readers_do_not_wait_for_an_admission_in_progress(tmp_path, monkeypatch):
+    # An admission's reclaim is stuck in its pwrite (fault-injected: it blocks until
+    # released). Meanwhile other threads' hits, misses and best-effort puts must all
+    # return, and the hits must serve the right bytes of the very blocks being moved.
+    import rocksmash.data_cache as data_cache
+
+    d = str(tmp_path)
+    c = DataCache(d, 64 << 10, admission="always")  # segments of 8 KiB: 4 blocks each
+    hot = list(range(32))
+    for b in hot:  # full, and a credit each: a reclaim re-appends them (its pwrite)
+        assert c.put(1, b, blk(1, b, size=2000), if_room=True)
+        assert c.get(1, b) == blk(1, b, size=2000)
+    assert not c.put(1, 32, blk(1, 32, size=2000), if_room=True)
+    entered, release = threading.Event(), threading.Event()
+    real = data_cache._pwrite_all
+
+    def stuck_pwrite(fd, data, off):
+        entered.set()
+        if not release.wait(120):
+            raise OSError("never released")
+        real(fd, data, off)
+
+    monkeypatch.setattr(data_cache, "_pwrite_all", stuck_pwrite)
+    writer = threading.Thread(target=c.put, args=(2, 0, blk(2, 0)))
+    writer.start()
+    try:
+        assert entered.wait(60), "the admission never reached its reclaim's pwrite"
+        answers: list[object] = []
+
+        def reader() -> None:
+            answers.extend(c.get(1, b) == blk(1, b, size=2000) for b in hot)  # mid-move
+            answers.append(c.get(3, 0) is None)                    # a miss
+            answers.append(c.put(3, 0, blk(3, 0), wait=False) is False)  # skipped
+
+        r = threading.Thread(target=reader)
+        r.start()
+        r.join(60)
+        stuck = r.is_alive()
+        assert not stuck, "a reader waited for the admission in progress"
+        assert not release.is_set() and writer.is_alive()  # it really was in progress
+        assert all(answers) and len(answers) == len(hot) + 2
+        assert c.stats()["skipped"] == 1
+    finally:
+        release.set()
+        writer.join(60)
+    assert not writer.is_alive()
+    monkeypatch.setattr(data_cache, "_pwrite_all", real)
+    s = c.stats()
+    assert s["relocated"] > 0 and s["corrupt"] == 0
+    for b in c.cached_blocks(1):  # the moved blocks read back from their new place
+        assert c.get(1, b) == blk(1, b, size=2000)
+    assert c.get(2, 0) == blk(2, 0)
+    c.close()
+    c = DataCache(d, 64 << 10, admission="always")
+    assert c.opened_from == "index" and c.get(2, 0) == blk(2, 0)
     c.close()
 
 
