@@ -18,6 +18,18 @@ reads each tier answers and the object-store GETs per 1,000 reads (a miss of bot
 one GET). It is the measurement behind docs/decisions/0016 (key-level heat)::
 
     python -m bench cache-model --records 200k --ops 200k --cache-size 8MiB --disk-size 3.4MiB
+
+``--forms`` models the form in which the memory block cache keeps blocks (decision 0034):
+at one budget of ``--cache-size``, (a) every block decoded, charged what a decoded block
+really takes (``--decoded-bytes``), (b) a decoded tier of a share of the budget
+(``--decoded-shares``) in front of a tier of stored blocks (compressed, as read: charged
+``--stored-row-bytes`` per row + ``--stored-overhead``; a block evicted from the decoded
+tier drops to the stored one, a stored hit is decoded and moves up), (c) every block
+stored (every hit pays lz4 and a decode). It prints the share of block lookups each tier
+answers and, with ``--disk-size`` (the tiered read path: a DataCache of stored blocks
+behind the memory), the GETs per 1,000 reads::
+
+    python -m bench cache-model --forms --records 1M --ops 1M --disk-size 11.8MiB
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import numpy as np
 from bench.units import parse_bytes, parse_count
 from bench.workloads import CORE_WORKLOADS, Op, OperationStream, StreamConfig
 
-__all__ = ["main", "simulate", "simulate_tiers", "DISK_CANDIDATES"]
+__all__ = ["main", "simulate", "simulate_tiers", "simulate_forms", "DISK_CANDIDATES"]
 
 #: Ways to keep heat on the local disk: name -> (rows per block of the cloud tables,
 #: rows per disk-cache unit (0: the unit is the block), what it stands for). Stored bytes
@@ -103,6 +115,87 @@ def simulate_tiers(keys: Sequence[bytes], blocks: Sequence[int], units: Sequence
     return mem_hits, disk_hits, misses
 
 
+def simulate_forms(blocks: Sequence[int], decoded_slots: int, stored_slots: int,
+                   disk_slots: int) -> tuple[int, int, int, int]:
+    """(decoded hits, stored hits, disk hits, misses) of a memory block cache that keeps
+    ``decoded_slots`` blocks decoded and ``stored_slots`` more stored (exclusive LRU
+    tiers: a block leaving the decoded tier drops to the stored one; a stored hit moves
+    the block up), in front of an LRU disk cache of ``disk_slots`` blocks (0: none). A
+    miss of the memory fills the top tier that has slots (and the disk cache)."""
+    decoded: OrderedDict[int, None] = OrderedDict()
+    stored: OrderedDict[int, None] = OrderedDict()
+    disk = _Lru(disk_slots)
+    hits_d = hits_s = hits_disk = misses = 0
+
+    def keep_stored(b: int) -> None:
+        if stored_slots:
+            stored[b] = None
+            if len(stored) > stored_slots:
+                stored.popitem(last=False)
+
+    def keep(b: int) -> None:
+        if decoded_slots:
+            decoded[b] = None
+            if len(decoded) > decoded_slots:
+                keep_stored(decoded.popitem(last=False)[0])
+        else:
+            keep_stored(b)
+
+    for b in blocks:
+        if b in decoded:
+            decoded.move_to_end(b)
+            hits_d += 1
+            continue
+        if b in stored:
+            hits_s += 1
+            if decoded_slots:
+                del stored[b]
+                keep(b)
+            else:
+                stored.move_to_end(b)
+            continue
+        if disk_slots and disk.hit(b):
+            hits_disk += 1
+        else:
+            misses += 1  # a GET (disk.hit admitted the block to the disk cache)
+        keep(b)
+    return hits_d, hits_s, hits_disk, misses
+
+
+def _forms(args: argparse.Namespace, positions: list[int]) -> int:
+    from rocksmash.block import TRAILER_SIZE
+
+    per_block = args.rows_per_block
+    blocks = [p // per_block for p in positions]
+    stored_block = per_block * args.stored_row_bytes + TRAILER_SIZE
+    stored_charge = stored_block + args.stored_overhead
+    disk_slots = int(args.disk_size // (stored_block + 20)) if args.disk_size else 0
+    nblocks = -(-args.records // per_block)
+    print(f"{len(blocks):,} block lookups over {nblocks:,} blocks; budget "
+          f"{args.cache_size / 2**20:.1f} MiB; a block charged {args.decoded_bytes:,} B "
+          f"decoded, {stored_charge:,} B stored; disk cache "
+          f"{(args.disk_size or 0) / 2**20:.1f} MiB ({disk_slots:,} blocks)")
+    print("form                       blocks held  decoded hits  stored hits  disk hits  "
+          "misses  GET/1k reads")
+    shares = [100.0] + [float(x) for x in args.decoded_shares.split(",")] + [0.0]
+    for share in shares:
+        budget = args.cache_size
+        decoded_slots = int(budget * share / 100 // args.decoded_bytes)
+        stored_slots = int((budget - decoded_slots * args.decoded_bytes) // stored_charge)
+        if share == 100.0:
+            name, stored_slots = "(a) all decoded", 0
+        elif share == 0.0:
+            name = "(c) all stored"
+        else:
+            name = f"(b) {share:g}% decoded + stored"
+        d, st, dk, x = simulate_forms(blocks, decoded_slots, stored_slots, disk_slots)
+        n = max(len(blocks), 1)
+        gets = f"{1000 * x / n:>12.1f}" if disk_slots else f"{'-':>12}"
+        print(f"{name:<26} {decoded_slots + stored_slots:>11,}  {d / n:>12.1%}  {st / n:>11.1%}  "
+              f"{dk / n:>9.1%}  {x / n:>6.1%}  {gets}")
+    return 0
+
+
 def _tiers(args: argparse.Namespace, keys: list[bytes], positions: list[int]) -> int:
     print(f"{len(keys):,} reads; memory block cache {args.cache_size / 2**20:.1f} MiB, disk "
           f"cache {args.disk_size / 2**20:.2f} MiB; stored {args.stored_row_bytes} B/row, "
@@ -153,6 +246,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--disk-row-bytes", type=int, default=160,
                    help="bytes per row of a key-level disk cache (default 160: 124 of "
                         "payload, a 20-byte record header, and an index entry)")
+    p.add_argument("--forms", action="store_true",
+                   help="model the block cache's forms: decoded, stored, or both (see above)")
+    p.add_argument("--decoded-bytes", type=int, default=6793,
+                   help="bytes a decoded block is charged (default 6793: Block.charge of 29 "
+                        "rows of the benchmark's 24 + 100 bytes)")
+    p.add_argument("--stored-overhead", type=int, default=96,
+                   help="bytes charged per stored block on top of its stored bytes (default "
+                        "96: the bytes object, its slot and its ring entry)")
+    p.add_argument("--decoded-shares", default="50,25,10",
+                   help="decoded-tier shares of the budget modelled for (b), in percent")
     args = p.parse_args(argv)
     cfg = StreamConfig(CORE_WORKLOADS[args.workload], args.records, args.ops, 1, None, 24,
                        100, 0.5, 0.99, "hashed", args.seed)
@@ -162,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A fully compacted table: blocks of consecutive keys in key order.
     loaded = sorted(cfg.key_space().keys(np.arange(args.records)))
     positions = [bisect_left(loaded, k) for k in keys]
+    if args.forms:
+        return _forms(args, positions)
     if args.disk_size is not None:
         return _tiers(args, keys, positions)
     blocks = [p // args.rows_per_block for p in positions]

@@ -226,7 +226,7 @@ class DB:
         self._compaction_mutex = threading.Lock()
         # One cache budget, split: the row cache's share, and the block cache the rest.
         row_bytes = opts.row_cache_bytes()
-        self._cache = BlockCache(opts.block_cache_size - row_bytes)
+        self._cache = BlockCache(opts.block_cache_size - row_bytes, stored=opts.cloud_stored_blocks)
         self._row_cache = RowCache(row_bytes) if row_bytes else None
         #: The row cache's dict (None without one), read on every get without a lock.
         self._rows = self._row_cache.rows if self._row_cache is not None else None
@@ -1407,8 +1407,7 @@ class DB:
                            for i, lvl in enumerate(v.levels)],
                 "base_level": base,
                 "table_bytes": sum(f.size for _, f in v.files()),
-                "block_cache": {"capacity": self._cache.capacity, "used": self._cache.used,
-                                "hits": self._cache.hits, "misses": self._cache.misses},
+                "block_cache": self._cache.stats(),
                 "row_cache": (self._row_cache.stats() if self._row_cache is not None else
                               {"capacity": 0, "used": 0, "rows": 0, "hits": 0, "misses": 0}),
                 "background_error": repr(self._bg_error) if self._bg_error else None,

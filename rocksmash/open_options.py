@@ -201,6 +201,14 @@ class OpenOptions(TypedDict, total=False):
     in flight (0: no background fetches; reads still run in parallel in the caller's
     threads). Default: ``16``."""
 
+    cloud_stored_blocks: bool
+    """The block cache keeps cloud tables' blocks in two forms under one budget
+    (block_cache.py, decision 0034): decoded, and, for what the decoded ones leave,
+    stored (compressed, about 0.4x a decoded block's charge), so it holds 2.4x as many
+    blocks when the cloud data does not fit decoded; every block it holds is a GET
+    saved. A stored hit costs a decode (about 6 us). Local tables stay decoded only.
+    Default: ``True``."""
+
     key_cache_size: Any
     """Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves)
     given to the key cache (key_cache.py: rows of cloud tables read from the object
@@ -278,6 +286,7 @@ HELP: dict[str, tuple[str, str]] = {
     'cloud_compression': ("'lz4'", 'Cloud tables are larger (fewer objects and requests). Their compression: zstd stores about 10% less than lz4 but decodes in 3.5 us per 4 KiB block against 2.2 (measured), and cached cloud blocks are decoded on every block-cache miss, so lz4.'),
     'cloud_fetch_size': ("'256KiB'", 'Bytes fetched per read that misses the DataCache: the aligned window of blocks around the one asked for. A GET costs about the same latency for 4 KiB or 256 KiB (and several ms of client CPU whatever its size), so cold data warms up 64 blocks per request (0: one block per request). 256 KiB, not 64: after a full compaction it cut GETs per 1,000 reads from 52.6 to 13.4 (decision 0029).'),
     'cloud_fetch_threads': ('16', "Threads that fetch cloud blocks in the background: a multi_get's misses all at once, and a scan's next blocks ahead of it. A miss waits a round trip (about 20-30 ms) while the GIL is free, so throughput at a small local footprint comes from many GETs in flight (0: no background fetches; reads still run in parallel in the caller's threads)."),
+    'cloud_stored_blocks': ('True', "The block cache keeps cloud tables' blocks in two forms under one budget (block_cache.py, decision 0034): decoded, and, for what the decoded ones leave, stored (compressed, about 0.4x a decoded block's charge), so it holds 2.4x as many blocks when the cloud data does not fit decoded; every block it holds is a GET saved. A stored hit costs a decode (about 6 us). Local tables stay decoded only."),
     'key_cache_size': ('0', 'Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves) given to the key cache (key_cache.py: rows of cloud tables read from the object store, on local disk, so a hot key\'s read needs neither its block nor a GET), as a share ("75%") or a size; the DataCache gets the rest (at least MIN_REST_CACHE). Rows keep heat that blocks cannot: under a scrambled zipfian every block mixes a few hot keys with many cold ones (decisions 0018 and 0024). Off by default until measured at the issue\'s scale (docs/benchmarks.md, "tiering at a small footprint").'),
     'compaction_aware_cache': ('True', 'Compaction writes the hot parts of its cloud output straight into the DataCache (and the hot rows into the key cache; it has the bytes), so hot keys stay cached across compactions.'),
     'fencing_check_interval': ("'1s'", 'How often a tiered writer checks that no other writer has claimed its prefix (one GET of the epoch object; also done at every flush). A fenced writer\'s writes raise FencedError from then on; writes it acknowledged in between may be lost (see docs/cloud.md, "Fencing"). One GET a second costs about $1 a month on S3.'),

@@ -202,6 +202,12 @@ class Options:
     # from many GETs in flight (0: no background fetches; reads still run in parallel
     # in the caller's threads).
     cloud_fetch_threads: int = 16
+    # The block cache keeps cloud tables' blocks in two forms under one budget
+    # (block_cache.py, decision 0034): decoded, and, for what the decoded ones leave,
+    # stored (compressed, about 0.4x a decoded block's charge), so it holds 2.4x as many
+    # blocks when the cloud data does not fit decoded; every block it holds is a GET
+    # saved. A stored hit costs a decode (about 6 us). Local tables stay decoded only.
+    cloud_stored_blocks: bool = True
     # Part of the cloud cache (``cache_size``, or with "rest" what the budget leaves)
     # given to the key cache (key_cache.py: rows of cloud tables read from the object
     # store, on local disk, so a hot key's read needs neither its block nor a GET), as a
