@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from bench.cache_model import main as cache_model_main
-from bench.cache_model import simulate, simulate_tiers
+from bench.cache_model import simulate, simulate_forms, simulate_tiers
 from bench.miss_cost import main as miss_cost_main
 from bench.profile import main as profile_main
 
@@ -33,6 +33,24 @@ def test_cache_model_models_the_disk_tier(capsys):
     out = capsys.readouterr().out
     assert {line.split()[0] for line in out.splitlines()[2:]} == {
         "blocks-4k", "blocks-1k", "blocks-512", "rows"}
+
+
+def test_simulate_forms_a_stored_tier_holds_what_the_decoded_one_drops():
+    blocks = [0, 1, 0, 2, 0, 1]
+    assert simulate_forms(blocks, 1, 0, 0) == (0, 0, 0, 6)  # one decoded slot: all miss
+    assert simulate_forms(blocks, 1, 1, 0) == (0, 2, 0, 4)  # 0 and 1 come back stored
+    assert simulate_forms(blocks, 0, 3, 0) == (0, 3, 0, 3)  # all stored: only first reads miss
+    assert simulate_forms(blocks, 1, 0, 2) == (0, 0, 2, 4)  # a disk tier of 2 behind
+
+
+def test_cache_model_models_the_forms(capsys):
+    assert cache_model_main(["--forms", "--records", "3000", "--ops", "3000",
+                             "--cache-size", "64KiB", "--disk-size", "16KiB"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("(")]
+    assert [r.split()[0] for r in rows] == ["(a)", "(b)", "(b)", "(b)", "(c)"]
+    misses = [float(r.split()[-1]) for r in rows]
+    assert misses[-1] < misses[0]  # more blocks held, fewer GETs
 
 
 def test_cache_model_prints_one_line_per_share(capsys):
