@@ -152,6 +152,7 @@ class Block:
             # _split's fixed-width case inline (a miss decodes keys on every read): keys
             # of one width, their offsets the expected ones, cut by one unpack_from.
             shape = _fixed.get((klen // n, n)) if n else None
+            self.keys: Sequence[bytes]
             if shape is not None and koffs_raw == shape[0]:
                 self.keys = shape[1].unpack_from(raw, o)
             else:
@@ -178,21 +179,20 @@ class Block:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def values(self, lo: int, hi: int) -> list[bytes | None]:
-        """Values of entries ``lo:hi`` (None for deletions), for scans."""
+    def values(self, lo: int, hi: int) -> Sequence[bytes | None]:
+        """Values of entries ``lo:hi`` (None for deletions), for scans: a sequence the
+        caller must not change (a tuple when no entry is a deletion)."""
         n = len(self.keys)
-        out: list[bytes | None]
+        out: Sequence[bytes | None]
         if lo == 0 and hi == n or hi - lo > 8:  # split all of them at C speed
-            out = list(_split(self.raw, self.vbase, self.voffs_raw, n)[lo:hi])
+            out = _split(self.raw, self.vbase, self.voffs_raw, n, self.voffs)[lo:hi]
         else:
             raw, base = self.raw, self.vbase
             offs = self.voffs[lo:hi + 1].tolist()
             out = [raw[base + a:base + b] for a, b in zip(offs, offs[1:])]
         kinds = self.kinds[lo:hi]
         if 0 in kinds:
-            for j, kind in enumerate(kinds):
-                if not kind:
-                    out[j] = None
+            out = [None if not kind else v for v, kind in zip(out, kinds)]
         return out
 
     def value(self, i: int) -> bytes | None:

@@ -24,7 +24,6 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from operator import attrgetter
 from typing import Any, Callable, Iterator
 
 from . import cache_fill, filenames, key_cache
@@ -70,10 +69,6 @@ _SHIP_AT_CLOSE_TIMEOUT = 10.0
 _FLUSH_BY_VALUE_LIMIT = 1 << 30
 #: Flush threads at most (each runs its memtable's job in its own worker process).
 _FLUSH_THREADS = 2
-
-
-#: A file's open table (the level sources map their files to tables with it).
-_TABLE = attrgetter("table")
 
 
 def _hide_covered(sources: list[Iterator[Chunk]], tombs: list[list], seq: int
@@ -907,19 +902,16 @@ class DB:
             if f.overlaps(start, end) and (end is None or f.smallest < end):
                 sources.append(f.table.scan(start, end, reverse, seq))
                 tombs.append(f.table.ranges)
-        for level in range(1, v.num_levels):
-            files = v.levels[level]
-            if not files:
-                continue
-            lo = 0 if start is None else v.start_index(level, start)
-            hi = len(files) if end is None else v.end_index(level, end)
+        for largest, smallest, tables in v.level_search:  # the levels below 0 with files
+            lo = 0 if start is None else bisect_left(largest, start)
+            hi = len(tables) if end is None else bisect_left(smallest, end)
             if lo >= hi:
                 continue
             order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
-            sources.append(scan_tables(map(_TABLE, map(files.__getitem__, order)),
-                                       start, end, reverse, seq))
+            sources.append(scan_tables(map(tables.__getitem__, order), start, end, reverse,
+                                       seq))
             if ranged:
-                tombs.append([t for i in order for t in files[i].table.ranges])
+                tombs.append([r for i in order for r in tables[i].ranges])
         if ranged:
             sources = _hide_covered(sources, tombs, seq)
         return (merge_reverse if reverse else merge_forward)(sources, release)

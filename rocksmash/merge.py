@@ -25,10 +25,11 @@ from typing import Callable, Generator, Iterable, Iterator, Sequence
 
 __all__ = ["merge_forward", "merge_reverse", "Chunk"]
 
-Chunk = tuple[Sequence[bytes], list["bytes | None"]]
+Chunk = tuple[Sequence[bytes], Sequence["bytes | None"]]
 
 
-def _live(keys: list[bytes], values: list[bytes | None]) -> Iterator[tuple[bytes, bytes]]:
+def _live(keys: Sequence[bytes], values: Sequence[bytes | None]
+          ) -> Iterator[tuple[bytes, bytes]]:
     if None in values:
         return ((k, v) for k, v in zip(keys, values) if v is not None)
     return zip(keys, values)  # type: ignore[arg-type]
@@ -154,7 +155,7 @@ def _forward_two(a: Iterator[Chunk], b: Iterator[Chunk], release: Callable[[], N
             return
         yield _live(keys[pos:], values[pos:])  # type: ignore[index]
         for keys, values in src:
-            yield _live(keys, values)  # type: ignore[arg-type]
+            yield _live(keys, values)
     finally:
         if release is not None:
             release()

@@ -99,8 +99,8 @@ def union(tombs: Iterable[Tombstone]) -> tuple[list[bytes], list[bytes]]:
     return starts, ends
 
 
-def filter_chunk(keys: Sequence[bytes], values: list[bytes | None], starts: list[bytes],
-                 ends: list[bytes]) -> tuple[Sequence[bytes], list[bytes | None]]:
+def filter_chunk(keys: Sequence[bytes], values: Sequence[bytes | None], starts: list[bytes],
+                 ends: list[bytes]) -> tuple[Sequence[bytes], Sequence[bytes | None]]:
     """The entries of a chunk whose keys are outside the intervals ``(starts, ends)``."""
     if not keys:
         return keys, values

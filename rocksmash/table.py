@@ -449,7 +449,7 @@ class Table:
         return None
 
     def _chunk(self, blk: Block, lo: int, hi: int, seq: int
-               ) -> tuple[Sequence[bytes], list[bytes | None]]:
+               ) -> tuple[Sequence[bytes], Sequence[bytes | None]]:
         """Entries ``lo:hi`` of ``blk`` as parallel lists, newest visible version per key
         (one covered by a newer range tombstone of this table: a deletion)."""
         ranges = self.ranges
@@ -469,7 +469,7 @@ class Table:
         return keys, vals
 
     def scan(self, start: bytes | None, end: bytes | None, reverse: bool,
-             seq: int) -> Iterator[tuple[Sequence[bytes], list[bytes | None]]]:
+             seq: int) -> Iterator[tuple[Sequence[bytes], Sequence[bytes | None]]]:
         """Chunks (one per block) of keys in [start, end) as seen at ``seq``, for
         merge.py: ascending chunks, or descending chunks when ``reverse``."""
         return scan_tables((self,), start, end, reverse, seq)
@@ -508,7 +508,7 @@ class Table:
 
 def scan_tables(tables: Iterable[Table], start: bytes | None, end: bytes | None,
                 reverse: bool, seq: int
-                ) -> Iterator[tuple[Sequence[bytes], list[bytes | None]]]:
+                ) -> Iterator[tuple[Sequence[bytes], Sequence[bytes | None]]]:
     """:meth:`Table.scan` of several tables one after another, as one source: a level's
     tables whose ranges do not overlap, in key order (descending when ``reverse``). One
     generator for the whole level instead of one per table, and a cached block's hit

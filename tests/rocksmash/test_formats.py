@@ -83,7 +83,7 @@ def test_block_round_trip(entries, compression):
     assert [blk.value(i) for i in range(len(entries))] == [e[2] for e in entries]
     n = len(entries)
     for lo, hi in ((0, n), (0, n // 2), (n // 3, n), (n // 2, n // 2 + 3)):
-        assert blk.values(lo, min(hi, n)) == [e[2] for e in entries[lo:min(hi, n)]]
+        assert list(blk.values(lo, min(hi, n))) == [e[2] for e in entries[lo:min(hi, n)]]
 
 
 def test_fixed_width_values_split_in_one_call():
@@ -91,8 +91,8 @@ def test_fixed_width_values_split_in_one_call():
     for i in range(40):
         b.add(b"k%03d" % i, i, b"%010d" % i)
     blk = Block(b.finish())
-    assert blk.values(0, 40) == [b"%010d" % i for i in range(40)]
-    assert blk.values(5, 30) == [b"%010d" % i for i in range(5, 30)]
+    assert list(blk.values(0, 40)) == [b"%010d" % i for i in range(40)]
+    assert list(blk.values(5, 30)) == [b"%010d" % i for i in range(5, 30)]
 
 
 def test_block_checksum_catches_every_flipped_byte():
