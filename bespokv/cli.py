@@ -277,18 +277,30 @@ async def _etcd(cfg: ClusterConfig) -> AsyncIterator[EtcdCoordinator]:
         await coord.stop()
 
 
-async def _add_nodes(cfg: ClusterConfig, cfg_path: str, ids: Sequence[str], start: Any, wait: float) -> list[Any]:
-    """Add each node of ``ids`` online (membership.py): appended to the config file,
-    started by ``start(node_id)``, given its share of replicas. Returns the moves."""
+async def _add_nodes(
+    cfg: ClusterConfig, cfg_path: str, ids: Sequence[str], start: Any, wait: float,
+    identity: tuple[str, str] | None = None,
+) -> list[Any]:
+    """Add each node of ``ids`` online (membership.py): appended to the config file (with
+    ``identity``, its own certificate and key: one node only), started by
+    ``start(node_id)``, given its share of replicas. Returns the moves."""
     from bespokv.config import NodeConfig
     from bespokv.membership import add_node
     from bespokv.testing import free_port
 
+    identities = cfg.tls is not None and cfg.tls.node_identities
+    if identities and (identity is None or len(ids) != 1):
+        raise UsageError(
+            f"[cluster.tls] node_identities is on: add one node at a time, with its own certificate and key "
+            f"(`bespokv node add --node {ids[0]} --cert PEM --key PEM`; the certificate's common name must be "
+            f"{ids[0]}, signed by the cluster's CA)"
+        )
+    cert, key = identity or (None, None)
     moves: list[Any] = []
     async with _etcd(cfg) as coord:
         for nid in ids:
             address = f"127.0.0.1:{free_port()}"
-            cfg = cfg.replace(nodes=(*cfg.nodes, NodeConfig(nid, address)))
+            cfg = cfg.replace(nodes=(*cfg.nodes, NodeConfig(nid, address, cert=cert, key=key)))
             cfg.write(cfg_path)
             moves += [(nid, *m) for m in await add_node(coord, nid, address, start=lambda n=nid: start(n), timeout=wait)]
     return moves
@@ -346,7 +358,7 @@ def cmd_membership(args: argparse.Namespace) -> int:
         def start(n: str) -> None:
             _record_pid(d, _spawn_node(cfg_path, d, n))
 
-        moves = asyncio.run(_add_nodes(cfg, cfg_path, [nid], start, args.wait))
+        moves = asyncio.run(_add_nodes(cfg, cfg_path, [nid], start, args.wait, _identity(args, cfg)))
         print(f"node {nid} added; moved " + (", ".join(f"shard {s} from {f}" for _, s, f in moves) or "nothing"))
         return 0
     if not args.node:
@@ -373,6 +385,21 @@ def cmd_membership(args: argparse.Namespace) -> int:
         # copy if the user removed it by mistake. Every replica of it has moved.
         print(f"its data files stay on disk (every replica was moved; delete them when done): {' '.join(left)}")
     return 0
+
+
+def _identity(args: argparse.Namespace, cfg: ClusterConfig) -> tuple[str, str] | None:
+    """``node add``'s --cert and --key: the new node's own certificate and key, as
+    absolute paths (the file is read from other folders too), or None."""
+    if not args.cert and not args.key:
+        return None
+    if not (args.cert and args.key):
+        raise UsageError("node add: --cert and --key go together")
+    if cfg.tls is None:
+        raise UsageError("node add --cert: the cluster has no [cluster.tls] to use it with")
+    for path in (args.cert, args.key):
+        if not os.path.isfile(path):
+            raise UsageError(f"node add: no such file {path}")
+    return os.path.abspath(args.cert), os.path.abspath(args.key)
 
 
 def _removed_node_data(cfg: ClusterConfig, node: str, shards: list[int]) -> list[str]:
@@ -696,6 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--node", help="the node's id in the config (add: default the next free nN)")
     node.add_argument("--dir", default=None, help="add/remove: a `cluster up` folder (default: the last one)")
     node.add_argument("--wait", type=float, default=120.0, help="add/remove: seconds the moves may take")
+    node.add_argument("--cert", default=None, help="add: the new node's own TLS certificate (PEM, with --key; "
+                      "required by [cluster.tls] node_identities: its common name is the node's id)")
+    node.add_argument("--key", default=None, help="add: the new node's own TLS key (PEM, with --cert)")
     node.add_argument("--log-level", default="INFO")
     node.add_argument("--profile", default=None, help="write cProfile stats here at exit (for tuning)")
     node.set_defaults(func=cmd_node)

@@ -185,3 +185,60 @@ def test_a_node_that_its_config_file_does_not_name_joins_from_etcds_map(tmp_path
             assert "node n5 is neither in" in out.stderr and "bespokv node add" in out.stderr
         finally:
             client.close()
+
+
+def test_node_add_with_node_identities_gives_the_new_node_its_own_certificate(tmp_path):
+    """With node identities, `node add --cert --key` writes the new node's own certificate
+    into the config file, and the node serves with it (the certificate it presents names
+    n4), and its replicas hold every write. Without them, `node add` refuses before
+    changing anything."""
+    from certs import issue
+
+    from bespokv import cli
+    from bespokv.config import TlsConfig, load
+
+    ca, certs = issue(tmp_path, ["n1", "n2", "n3", "n4", "client"])
+    tls = TlsConfig(cert=certs["client"][0], key=certs["client"][1], ca=ca, mutual=True, node_identities=True)
+    base = make_config(3, replicas=2, shards=3, mode="ms-sc", tuning=TUNING)
+    nodes = tuple(dataclasses.replace(n, cert=certs[n.id][0], key=certs[n.id][1]) for n in base.nodes)
+    with LocalCluster(config=base.replace(nodes=nodes, tls=tls), etcd=1, dir=str(tmp_path / "c")) as cluster:
+        client = cluster.client(retries=30, timeout=5.0)
+        try:
+            data = {b"k%03d" % i: b"v%d" % i for i in range(60)}
+            client.put_many(list(data.items()))
+            path = cluster.config_path
+            with pytest.raises(cli.UsageError, match="node_identities is on: add one node at a time, with its own"):
+                asyncio.run(cli._add_nodes(cluster.config, path, ["n4"], cluster.start_node, 60))
+            assert [n.id for n in load(path).nodes] == ["n1", "n2", "n3"]  # unchanged
+            moves = asyncio.run(cli._add_nodes(cluster.config, path, ["n4"], cluster.start_node, 120, certs["n4"]))
+            assert moves and load(path).tls_for("n4").cert == certs["n4"][0]
+            assert _served_name(load(path).node("n4").address, ca, certs["client"]) == "n4"
+            smap = client.refresh_map()
+            mine = [s.id for s in smap.shards_of("n4")]
+            assert mine
+            client.put_many([(b"after%d" % i, b"a") for i in range(30)])
+            for sid in mine:
+                keys = [k for k in [*data, *(b"after%d" % i for i in range(30))] if smap.shard_for(k) == sid]
+                want = [data.get(k, b"a") for k in keys]
+                wait_until(lambda keys=keys, want=want: [client.get_local("n4", k) for k in keys] == want,
+                           60, f"n4's replica of shard {sid} holding every write")
+        finally:
+            client.close()
+
+
+def _served_name(address, ca, client_cert):
+    """The common name of the certificate the server at ``address`` presents (a TLS
+    handshake as gRPC makes it: ALPN h2, the client's certificate for mutual TLS)."""
+    import socket
+    import ssl
+
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    host, port = address.rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(*client_cert)
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection((host, int(port)), timeout=10) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
+        der = tls.getpeercert(binary_form=True)
+    return x509.load_der_x509_certificate(der).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
