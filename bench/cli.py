@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,miss-cost,s3-latency,failover,reconnect,service-profile} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,compaction-stall,miss-cost,s3-latency,failover,reconnect,service-profile} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -496,6 +496,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.range_delete import main as range_delete_main
 
         return range_delete_main(argv[1:])
+    if argv and argv[0] == "compaction-stall":  # writes during compact_range; own options
+        from bench.compaction_stall import main as compaction_stall_main
+
+        return compaction_stall_main(argv[1:])
     if argv and argv[0] == "cache-model":  # row vs block cache, modelled; its own options
         from bench.cache_model import main as cache_model_main
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .options import Options
 from .version import FileMeta, Version
 
-__all__ = ["Compaction", "level_targets", "pick_compaction", "range_compaction",
+__all__ = ["Compaction", "level_targets", "pick_compaction", "manual_step", "MANUAL_STEP_FILES",
            "first_cloud_level"]
 
 
@@ -140,34 +140,92 @@ def pick_compaction(v: Version, opts: Options, pointers: dict[int, bytes]) -> Co
                       reason=reason)
 
 
-def range_compaction(v: Version, lo: bytes | None, hi: bytes | None) -> Compaction | None:
-    """Merge everything overlapping [lo, hi] (inclusive) into the last level.
+#: A manual compaction's step reads at most this many times ``target_file_size`` (at
+#: least one file and what it overlaps below): the bound on how long the job holds the
+#: worker that a flush may be waiting for (a flush takes the next free worker, but one
+#: worker is all a 2-core machine gets), and on the disk it needs beside its inputs.
+MANUAL_STEP_FILES = 10
 
-    The range widens level by level to cover every file taken so far, so no older
-    version of a moved key is left behind on a level above its newer one.
+
+def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
+                old_number: int, limit: int) -> Compaction | None:
+    """The next bounded step of ``compact_range(lo, hi)``, or None when it is done.
+
+    What has to move is the data written up to ``old_seq`` (the last sequence number
+    acknowledged before the call): a file holds some of it if its ``min_seq`` is at most
+    ``old_seq``, whoever made the file, so steps and the background compactions running
+    between them need no bookkeeping, and writes during the call do not keep it going.
+
+    - While a level above the last holds such a file in [lo, hi]: take the highest such
+      level's files (L0: every L0 file that overlaps, widened as L0 files overlap each
+      other, which is no more than the background L0 compaction takes; deeper: a run of adjacent files starting at the first such one, as many as
+      fit in ``limit`` bytes with what they overlap below) and merge them into the next
+      level below that overlaps them (the last level if none does). Levels between hold
+      nothing in that range, so no older version ends up above a newer one.
+    - Then the last level's files in [lo, hi] numbered below ``old_number`` (so made
+      before the call; the steps' own outputs are already merged), in runs of adjacent
+      files within ``limit``, each rewritten alone, dropping overwritten versions and
+      deletions that no snapshot needs.
     """
     last = v.num_levels - 1
-    inputs: list[tuple[int, FileMeta]] = []
-    runs: list[list[FileMeta]] = []
-    for level in range(last + 1):
+    for level in range(last):
         files = v.overlapping(level, lo, hi)
+        if not any(f.min_seq <= old_seq for f in files):
+            continue
         if level == 0:  # L0 files overlap each other: widen until no more join
+            flo, fhi = _key_range(files)
             while True:
-                if files:
-                    flo, fhi = _key_range(files)
-                    lo = None if lo is None else min(lo, flo)
-                    hi = None if hi is None else max(hi, fhi)
-                wider = v.overlapping(0, lo, hi)
+                wider = v.overlapping(0, flo, fhi)
                 if len(wider) == len(files):
                     break
                 files = wider
-        if not files:
-            continue
-        inputs += [(level, f) for f in files]
-        runs += [[f] for f in files] if level == 0 else [files]
-        flo, fhi = _key_range(files)
-        lo = None if lo is None else min(lo, flo)
-        hi = None if hi is None else max(hi, fhi)
-    if not inputs:
+                flo, fhi = _key_range(files)
+            out_level, below = _below(v, 0, flo, fhi)
+            runs = [[f] for f in files]
+        else:
+            first = next(i for i, f in enumerate(files) if f.min_seq <= old_seq)
+            out_level, below, n = _fit(v, level, files[first:], limit)
+            files = files[first:first + n]
+            runs = [files]
+        inputs = [(level, f) for f in files] + [(out_level, f) for f in below]
+        flo, fhi = _key_range([f for _, f in inputs])
+        return Compaction(level, out_level, runs + ([below] if below else []), inputs,
+                          bottommost=_bottommost(v, out_level, flo, fhi),
+                          trivial_move=len(files) == 1 and not below,
+                          reason="manual compact_range")
+    files = v.overlapping(last, lo, hi)
+    start = next((i for i, f in enumerate(files) if f.number < old_number), None)
+    if start is None:
         return None
-    return Compaction(0, last, runs, inputs, bottommost=True, reason="manual compact_range")
+    _, _, n = _fit(v, last, files[start:], limit)
+    chunk = files[start:start + n]
+    return Compaction(last, last, [chunk], [(last, f) for f in chunk], bottommost=True,
+                      reason="manual compact_range, last level")
+
+
+def _below(v: Version, level: int, lo: bytes, hi: bytes) -> tuple[int, list[FileMeta]]:
+    """The first level below ``level`` with files in [lo, hi], and those files (the last
+    level and none if no level has any)."""
+    for out in range(level + 1, v.num_levels):
+        below = v.overlapping(out, lo, hi)
+        if below:
+            return out, below
+    return v.num_levels - 1, []
+
+
+def _fit(v: Version, level: int, run: list[FileMeta],
+         limit: int) -> tuple[int, list[FileMeta], int]:
+    """How many of the adjacent files ``run`` (of ``level`` >= 1) a step takes: at least
+    one, and more while they and what they overlap below fit in ``limit`` bytes. Returns
+    the output level, the files it overlaps there (none for the last level: the step
+    rewrites the run alone) and the count."""
+    last = v.num_levels - 1
+    best: tuple[int, list[FileMeta], int] | None = None
+    for n in range(1, len(run) + 1):
+        lo, hi = run[0].smallest, run[n - 1].largest
+        out, below = (last, []) if level == last else _below(v, level, lo, hi)
+        if best is not None and sum(f.size for f in run[:n] + below) > limit:
+            break
+        best = (out, below, n)
+    assert best is not None
+    return best

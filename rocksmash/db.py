@@ -31,8 +31,8 @@ from .block_cache import BlockCache
 from .checkpoint import make_checkpoint
 from .bloom import key_hash, split_hash
 from .cloud import CloudTier
-from .compaction import (Compaction, first_cloud_level, level_targets, pick_compaction,
-                         range_compaction)
+from .compaction import (MANUAL_STEP_FILES, Compaction, first_cloud_level, level_targets,
+                         manual_step, pick_compaction)
 from .env import POSIX, PosixEnv, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
@@ -1356,15 +1356,40 @@ class DB:
     def compact_range(self, start: BytesLike | None = None,
                       end: BytesLike | None = None) -> None:
         """Flush, then merge everything with ``start <= key <= end`` into the last level,
-        dropping overwritten versions and deletions. Blocks until done."""
+        dropping overwritten versions and deletions. Blocks until done.
+
+        It runs as a series of bounded steps (compaction.manual_step), each at most
+        MANUAL_STEP_FILES target files of input, with the compaction the tree needs most
+        between two steps: so a flush never waits behind the whole job for the worker,
+        L0 keeps draining, and writes go on while a large database is compacted. Writes
+        made during the call are not part of it."""
         start, end = as_bound(start, "start"), as_bound(end, "end")
+        with self._lock:
+            old_seq = self._seq
         self.flush()
-        with self._compaction_mutex:
-            with self._version_lock:
-                c = range_compaction(self._version, start, end)
-            if c is not None:
+        with self._version_lock:
+            old_number = self._next_file
+        limit = MANUAL_STEP_FILES * self.options.target_file_size
+        while True:
+            with self._compaction_mutex:
+                with self._lock:
+                    if self._closed or self._closing:
+                        raise self._closed_error()
+                    if self._bg_error is not None:
+                        raise self._background_failure() from self._bg_error
                 try:
+                    with self._version_lock:
+                        c = manual_step(self._version, start, end, old_seq, old_number,
+                                        limit)
+                    if c is None:
+                        break
                     self._run_compaction(c)
+                    # The background thread seldom gets the mutex between two steps (a
+                    # lock is not fair): do its most urgent compaction here.
+                    with self._version_lock:
+                        c = pick_compaction(self._version, self.options, self._pointers)
+                    if c is not None:
+                        self._run_compaction(c)
                 except OSError as e:
                     raise os_error("compact_range", e) from e
                 del c
