@@ -382,7 +382,7 @@ class DB:
         one (a flush) before the compactions waiting for a worker."""
         if pool is None:
             return JOBS[job](env=self._env, **kwargs)
-        return pool.call(job, urgent, **kwargs)
+        return pool.call(job, urgent, self, **kwargs)
 
     # ----------------------------------------------------------------- writes
 
@@ -1340,18 +1340,37 @@ class DB:
     # ----------------------------------------------------------------- maintenance
 
     def flush(self) -> None:
-        """Write the memtable to a table and wait until every sealed memtable is flushed."""
+        """Write the memtable to a table and wait until every sealed memtable is flushed.
+        Raises UnavailableError if no flush or compaction finishes for ``stall_timeout``
+        (a full disk, a stuck worker): the writes stay in the memtable and the WAL."""
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             if self._mem.count:
-                while self._stall and self._bg_error is None and not self._closing:
-                    self._cv.wait(1.0)
+                self._wait_for_flushes(lambda: self._stall)
                 self._switch_memtable()
-            while self._imm and self._bg_error is None and not self._closing:
-                self._cv.wait(1.0)
+            self._wait_for_flushes(lambda: bool(self._imm))
             if self._bg_error is not None:
                 raise self._background_failure() from self._bg_error
+
+    def _wait_for_flushes(self, waiting: Callable[[], bool]) -> None:
+        """Wait (lock held) while ``waiting()``, unless background work failed or the
+        database closes; UnavailableError after ``stall_timeout`` in which no flush or
+        compaction was installed."""
+        timeout = self.options.stall_timeout
+        stats = self._stats
+        deadline, done = time.monotonic() + timeout, stats["flushes"] + stats["compactions"]
+        while waiting() and self._bg_error is None and not self._closing:
+            if stats["flushes"] + stats["compactions"] != done:  # progress: a new deadline
+                deadline, done = time.monotonic() + timeout, stats["flushes"] + stats["compactions"]
+            now = time.monotonic()
+            if now >= deadline:
+                raise UnavailableError(
+                    f"flush: no background flush or compaction finished in {timeout:g} s "
+                    f"(stall_timeout; last background error: "
+                    f"{stats.get('last_background_error')}); the writes are in the memtable "
+                    "and the WAL")
+            self._cv.wait(min(deadline - now, 1.0))
 
     def compact_range(self, start: BytesLike | None = None,
                       end: BytesLike | None = None) -> None:
@@ -1457,7 +1476,8 @@ class DB:
         return out
 
     def close(self) -> None:
-        """Stop background work (a running job finishes first) and release the database.
+        """Stop background work and release the database. A running job may finish
+        first, for up to ``stall_timeout``; then its worker process is killed.
 
         Unflushed memtables need no flush: their WAL segments are replayed at next open.
         Every WAL segment is synced first, so a ``sync=True`` write racing with close
@@ -1472,6 +1492,15 @@ class DB:
                 return
             self._closing = True
             self._cv.notify_all()
+        deadline = time.monotonic() + self.options.stall_timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self._threads) and self._pool is not None:
+            # A job still running after stall_timeout (a stopped or hung worker): stop
+            # its process. What it was making is made again from what it read (the WAL
+            # segment, the input tables), so nothing is lost; its thread then sees the
+            # close and ends.
+            self._pool.kill_jobs_of(self)
         for t in self._threads:
             t.join()
         if self._shipper is not None:

@@ -136,8 +136,10 @@ class OpenOptions(TypedDict, total=False):
     stall_timeout: float | str
     """A write blocked longer than this (memtables and L0 full because flush or compaction
     cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A
-    healthy engine stalls for well under a second; a minute means something is wrong.
-    Default: ``'60s'``."""
+    healthy engine stalls for well under a second; a minute means something is wrong. It
+    also bounds flush() (no flush or compaction done for this long: UnavailableError)
+    and close() (a job still running after it has its worker process killed). Default:
+    ``'60s'``."""
 
     retired_object_grace: float | str
     """How long the objects of tables a compaction retired (and the backups of local tables
@@ -274,7 +276,7 @@ HELP: dict[str, tuple[str, str]] = {
     'read_only': ('False', 'Open a point-in-time view that only reads: no lock taken, nothing written, so any number may be open beside the writer (rocksmash/read_only.py). Local databases only.'),
     'recovery_processes': ('0', 'Worker processes replaying WAL segments at open, in parallel (each segment becomes its own table). 0: the number of CPUs, at least 2. Each holds one segment in memory. Ignored with background_processes=False (then segments replay one at a time).'),
     'wal_recovery': ("'strict'", 'What recovery does with a WAL segment whose last record is complete but fails its checksum. No crash of the writing process leaves that (a crash leaves a record cut short, which is always dropped), so it may be a synced, acknowledged write that was damaged: "strict" refuses to open (CorruptionError); "drop_corrupt_tail" drops it.'),
-    'stall_timeout': ("'60s'", 'A write blocked longer than this (memtables and L0 full because flush or compaction cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A healthy engine stalls for well under a second; a minute means something is wrong.'),
+    'stall_timeout': ("'60s'", 'A write blocked longer than this (memtables and L0 full because flush or compaction cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A healthy engine stalls for well under a second; a minute means something is wrong. It also bounds flush() (no flush or compaction done for this long: UnavailableError) and close() (a job still running after it has its worker process killed).'),
     'retired_object_grace': ("'60s'", 'How long the objects of tables a compaction retired (and the backups of local tables that left the version) stay in the bucket before the writer deletes them, so that readers of the bucket still on an older mirror can finish their reads. Objects still in their grace when the writer closes are deleted at its next open.'),
     'reader_refresh_interval': ("'1s'", "A reader of a tiered database (read_only=True with object_store=; bucket_reader.py) checks the bucket for the writer's new mirror and WAL objects this often (two LIST requests each time). 0: only when its refresh() is called."),
     'object_store': ('None', 'Where the lower levels live: a cloudtier URL (``s3://bucket/prefix``, ``file:///dir``, ``memory://name``) or an open ``cloudtier.ObjectStore``.'),

@@ -157,6 +157,8 @@ class Options:
     # A write blocked longer than this (memtables and L0 full because flush or compaction
     # cannot keep up or keeps failing) raises UnavailableError instead of waiting on. A
     # healthy engine stalls for well under a second; a minute means something is wrong.
+    # It also bounds flush() (no flush or compaction done for this long: UnavailableError)
+    # and close() (a job still running after it has its worker process killed).
     stall_timeout: float = _duration(60.0)
 
     # How long the objects of tables a compaction retired (and the backups of local tables

@@ -128,6 +128,8 @@ class WorkerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._lock_fd = lock_fd
+        #: Set by :meth:`kill` until the next job: the job was stopped on purpose.
+        self.killed = False
 
     @property
     def pid(self) -> int | None:
@@ -147,6 +149,7 @@ class WorkerProcess:
 
     def call(self, job: str, **kwargs: Any) -> Any:
         with self._lock:
+            self.killed = False
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
             proc = self._proc
@@ -183,6 +186,18 @@ class WorkerProcess:
         with self._lock:
             self._stop_locked()
 
+    def kill(self) -> None:
+        """SIGKILL the process now, even mid-job (the job's :meth:`call` then raises
+        WorkerDied): for a job that is stuck, e.g. in a stopped process. Takes no lock,
+        since the stuck call holds it."""
+        proc = self._proc
+        if proc is not None:
+            self.killed = True
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
 
 class WorkerPool:
     """Up to ``size`` worker processes, started when first needed; :meth:`call` runs a job
@@ -194,6 +209,7 @@ class WorkerPool:
     def __init__(self, size: int, idle_exit: float | None = None) -> None:
         self.size = size
         self._idle: list[WorkerProcess] = []
+        self._busy: dict[int, tuple[WorkerProcess, object]] = {}  # id(worker) -> (it, owner)
         self._count = 0
         self._waiting = 0  # calls waiting for a worker (of which urgent:)
         self._urgent_waiting = 0
@@ -248,21 +264,35 @@ class WorkerPool:
                 self._idle.extend(due)
                 self._cv.notify_all()
 
-    def call(self, job: str, urgent: bool = False, **kwargs: Any) -> Any:
+    def call(self, job: str, urgent: bool = False, owner: object = None,
+             **kwargs: Any) -> Any:
+        """Run ``job`` on a free worker; ``owner`` (a database) may stop it with
+        :meth:`kill_jobs_of`."""
         with self._cv:
             w = self._take(urgent)
+            self._busy[id(w)] = (w, owner)
         try:
             try:
                 return w.call(job, **kwargs)
             except WorkerDied:
-                if any(isinstance(v, Handoff) for v in kwargs.values()):
+                if w.killed or any(isinstance(v, Handoff) for v in kwargs.values()):
                     raise
                 return w.call(job, **kwargs)
         finally:
             with self._cv:
+                del self._busy[id(w)]
                 self._idle.append(w)
                 self._idle_since[id(w)] = time.monotonic()
                 self._cv.notify_all()
+
+    def kill_jobs_of(self, owner: object) -> int:
+        """Kill the processes running ``owner``'s jobs now (each call raises WorkerDied,
+        not retried); returns how many. For jobs that are stuck (see DB.close)."""
+        with self._cv:
+            busy = [w for w, o in self._busy.values() if o is owner]
+        for w in busy:
+            w.kill()
+        return len(busy)
 
     @property
     def pids(self) -> list[int]:
