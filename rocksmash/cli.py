@@ -94,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", type=_key, help="only keys that start with this")
     p.add_argument("--keys-only", action="store_true", help="print keys alone")
     sub.add_parser("compact", parents=[common],
-                   help="flush and compact everything into the last level")
+                   help="flush and compact everything into the last level (progress on "
+                        "stderr)")
     sub.add_parser("check", parents=[common],
                    help="read every record, verifying every checksum")
     p = sub.add_parser("checkpoint", parents=[common],
@@ -133,6 +134,24 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _compact_progress() -> Any:
+    """``rocksmash compact``'s progress on stderr: a line redrawn on a terminal, else one
+    line every 10 s."""
+    tty = sys.stderr.isatty()
+    last = [time.monotonic()]
+
+    def progress(read: int, left: int) -> None:
+        now = time.monotonic()
+        text = f"compacting: {read / 2**20:,.1f} MiB merged, {left / 2**20:,.1f} MiB of files left"
+        if tty:
+            print(f"\r{text}   ", end="\n" if not left else "", file=sys.stderr, flush=True)
+        elif now - last[0] >= 10 or not left:
+            last[0] = now
+            print(text, file=sys.stderr, flush=True)
+
+    return progress
 
 
 def _restore(args: argparse.Namespace, opts: dict[str, Any]) -> int:
@@ -222,7 +241,7 @@ def _run(args: argparse.Namespace, opts: dict[str, Any]) -> int:
                 db.checkpoint(args.dest)
                 print(f"checkpoint of {args.path} written to {args.dest}")
             elif args.cmd == "compact":
-                db.compact_range()
+                db.compact_range(progress=_compact_progress())
                 print(json.dumps([lv for lv in db.stats()["levels"] if lv["files"]]))
             elif args.cmd == "check":
                 n = tables = 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .options import Options
 from .version import FileMeta, Version
 
-__all__ = ["Compaction", "level_targets", "pick_compaction", "manual_step", "MANUAL_STEP_FILES",
+__all__ = ["Compaction", "level_targets", "pick_compaction", "manual_step", "manual_left", "MANUAL_STEP_FILES",
            "first_cloud_level"]
 
 
@@ -201,6 +201,15 @@ def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
     chunk = files[start:start + n]
     return Compaction(last, last, [chunk], [(last, f) for f in chunk], bottommost=True,
                       reason="manual compact_range, last level")
+
+
+def manual_left(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
+                old_number: int) -> int:
+    """Bytes of the files :func:`manual_step` still has to take (for progress reports:
+    data moving down several levels is merged once per level, so the steps read more)."""
+    last = v.num_levels - 1
+    return sum(f.size for level in range(v.num_levels) for f in v.overlapping(level, lo, hi)
+               if (f.min_seq <= old_seq if level < last else f.number < old_number))
 
 
 def _below(v: Version, level: int, lo: bytes, hi: bytes) -> tuple[int, list[FileMeta]]:

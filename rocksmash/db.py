@@ -32,7 +32,7 @@ from .checkpoint import make_checkpoint
 from .bloom import key_hash, split_hash
 from .cloud import CloudTier
 from .compaction import (MANUAL_STEP_FILES, Compaction, first_cloud_level, level_targets,
-                         manual_step, pick_compaction)
+                         manual_left, manual_step, pick_compaction)
 from .env import POSIX, PosixEnv, os_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
@@ -1372,8 +1372,8 @@ class DB:
                     "and the WAL")
             self._cv.wait(min(deadline - now, 1.0))
 
-    def compact_range(self, start: BytesLike | None = None,
-                      end: BytesLike | None = None) -> None:
+    def compact_range(self, start: BytesLike | None = None, end: BytesLike | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> None:
         """Flush, then merge everything with ``start <= key <= end`` into the last level,
         dropping overwritten versions and deletions. Blocks until done.
 
@@ -1381,7 +1381,9 @@ class DB:
         MANUAL_STEP_FILES target files of input, with the compaction the tree needs most
         between two steps: so a flush never waits behind the whole job for the worker,
         L0 keeps draining, and writes go on while a large database is compacted. Writes
-        made during the call are not part of it."""
+        made during the call are not part of it. ``progress(read, left)``, if given, is
+        called after each step with the bytes the steps have read so far and the bytes
+        of files still to take (compaction.manual_left)."""
         start, end = as_bound(start, "start"), as_bound(end, "end")
         with self._lock:
             old_seq = self._seq
@@ -1389,6 +1391,7 @@ class DB:
         with self._version_lock:
             old_number = self._next_file
         limit = MANUAL_STEP_FILES * self.options.target_file_size
+        read = 0
         while True:
             with self._compaction_mutex:
                 with self._lock:
@@ -1403,6 +1406,7 @@ class DB:
                     if c is None:
                         break
                     self._run_compaction(c)
+                    read += c.input_bytes
                     # The background thread seldom gets the mutex between two steps (a
                     # lock is not fair): do its most urgent compaction here.
                     with self._version_lock:
@@ -1413,6 +1417,10 @@ class DB:
                     raise os_error("compact_range", e) from e
                 del c
                 self._collect_dead_objects()
+            if progress is not None:
+                with self._version_lock:
+                    left = manual_left(self._version, start, end, old_seq, old_number)
+                progress(read, left)
         with self._lock:
             self._compaction_wanted = True
             self._cv.notify_all()

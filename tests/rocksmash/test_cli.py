@@ -16,6 +16,7 @@ def test_cli_round_trip(tmp_path, capsys):
     assert capsys.readouterr().out == "0x00ff\t0x0102\nalpha\tone\n"
     assert main(["delete", db, "alpha"]) == 0
     assert main(["compact", db]) == 0
+    assert capsys.readouterr().err.endswith("0.0 MiB of files left\n")  # its progress
     assert main(["check", db]) == 0
     assert "ok: 1 tables" in capsys.readouterr().out
     assert main(["stats", db]) == 0

@@ -40,10 +40,11 @@ def test_a_flush_during_compact_range_waits_for_one_step_not_the_whole_job(tmp_p
         before = db.stats()["compactions"]
         done = threading.Event()
         errors: list[BaseException] = []
+        reports: list[tuple[int, int]] = []
 
         def compact() -> None:
             try:
-                db.compact_range()
+                db.compact_range(progress=lambda read, left: reports.append((read, left)))
             except BaseException as e:  # (reported below)
                 errors.append(e)
             finally:
@@ -65,6 +66,10 @@ def test_a_flush_during_compact_range_waits_for_one_step_not_the_whole_job(tmp_p
         # Many steps, and the flush finished before most of them had run.
         assert total >= table_bytes // (MANUAL_STEP_FILES * TARGET) > 3
         assert still_running and steps_at_flush < total
+        # Progress after each step: bytes read grow, and the files left end at none.
+        reads = [r for r, _ in reports]
+        assert len(reports) > 3 and reads == sorted(reads) and reports[0][1] > 0
+        assert reports[-1][1] == 0
         for i in (0, 7_777, 19_999):
             assert db.get(b"k%07d" % i) == b"v%07d" % i + b"x" * 90
         assert db.get(b"k%07d" % 50_500) == b"n%07d" % 50_500 + b"x" * 90
