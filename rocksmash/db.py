@@ -1417,6 +1417,9 @@ class DB:
                     raise os_error("compact_range", e) from e
                 del c
                 self._collect_dead_objects()
+            if self._backup_wanted and self._shipping != "off":
+                self._publish_backups()  # as the background thread would: WAL objects go
+                self._collect_dead_objects()
             if progress is not None:
                 with self._version_lock:
                     left = manual_left(self._version, start, end, old_seq, old_number)
