@@ -218,6 +218,7 @@ def _tiers(args: argparse.Namespace, keys: list[bytes], positions: list[int]) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from rocksmash.block_cache import STORED_OVERHEAD
     from rocksmash.row_cache import ROW_OVERHEAD
 
     p = argparse.ArgumentParser(prog="python -m bench cache-model", description=__doc__,
@@ -251,9 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--decoded-bytes", type=int, default=6793,
                    help="bytes a decoded block is charged (default 6793: Block.charge of 29 "
                         "rows of the benchmark's 24 + 100 bytes)")
-    p.add_argument("--stored-overhead", type=int, default=96,
-                   help="bytes charged per stored block on top of its stored bytes (default "
-                        "96: the bytes object, its slot and its ring entry)")
+    p.add_argument("--stored-overhead", type=int, default=STORED_OVERHEAD,
+                   help="bytes charged per stored block on top of its stored bytes (default: "
+                        "the block cache's STORED_OVERHEAD)")
     p.add_argument("--decoded-shares", default="50,25,10",
                    help="decoded-tier shares of the budget modelled for (b), in percent")
     args = p.parse_args(argv)
