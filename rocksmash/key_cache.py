@@ -284,7 +284,7 @@ def sample(t: "Table", key: bytes, blk: "Block") -> None:
         return
     row = encode_row(key, e[0], e[1])
     if t.prefetch is None:
-        kc.store.put(t.number, s, row)
+        kc.store.put(t.number, s, row, wait=False)  # a reader: best-effort
     elif kc.writes.acquire(False):  # else too many are queued: skip this sample
         # The write goes to the fetch threads: a pwrite took 450 us on the loaded
         # development machine, ten times the rest of a read, and the row is final (the
