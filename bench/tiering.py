@@ -229,6 +229,15 @@ def _local_hit_ratio(d: dict[str, Any]) -> float | None:
     return min(1.0, max(0.0, 1.0 - d["gets"] / lookups))
 
 
+def _stored_hit_ratio(d: dict[str, Any]) -> float | None:
+    """Share of block lookups answered by a block the cache held in stored form (decision
+    0034; those hits are counted in the block cache's hits too)."""
+    stored = d.get("bc_stored_hits")
+    if stored is None or d.get("bc_hits") is None or d.get("bc_misses") is None:
+        return None
+    return _ratio(stored, d["bc_hits"] + d["bc_misses"] - stored)
+
+
 def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     """The per-phase numbers the report shows, from a phase summary and counter deltas."""
     reads = (summary.get("mix") or {}).get("read", 0)
@@ -247,6 +256,7 @@ def derived(summary: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
         "data_cache_hit_ratio": _ratio(d.get("dc_hits"), d.get("dc_misses")),
         "key_cache_hit_ratio": _ratio(d.get("kc_hits"), d.get("kc_misses")),
         "block_cache_hit_ratio": _ratio(d.get("bc_hits"), d.get("bc_misses")),
+        "stored_hit_ratio": _stored_hit_ratio(d),
         "local_hit_ratio": _local_hit_ratio(d),
         "not_found": summary.get("not_found"), "stopped_early": summary.get("stopped_early"),
     }

@@ -66,7 +66,8 @@ def phase_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     row.update({k: p.get(k) for k in (
                         "throughput", "p50_us", "p99_us", "ops", "reads", "gets", "gets_per_1k_reads",
                         "proxy_requests", "proxy_requests_per_1k_ops", "data_cache_hit_ratio",
-                        "key_cache_hit_ratio", "block_cache_hit_ratio", "local_hit_ratio", "not_found", "stopped_early")})
+                        "key_cache_hit_ratio", "block_cache_hit_ratio", "stored_hit_ratio", "local_hit_ratio",
+                        "not_found", "stopped_early")})
                     row["x_local"] = ratio(p.get("throughput"), _tput(by.get("all-local"), w, phase))
                     row["x_slatedb"] = ratio(p.get("throughput"), _tput(by.get("slatedb"), w, phase))
                 rows.append(row)
@@ -133,6 +134,7 @@ _PHASE_COLUMNS = [
     ("disk cache hit", lambda r: _pct(r.get("data_cache_hit_ratio"))),
     ("key cache hit", lambda r: _pct(r.get("key_cache_hit_ratio"))),
     ("block cache hit", lambda r: _pct(r.get("block_cache_hit_ratio"))),
+    ("of which stored", lambda r: _pct(r.get("stored_hit_ratio"))),
 ]
 
 

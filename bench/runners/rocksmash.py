@@ -131,6 +131,7 @@ class RocksmashRunner(Runner):
         block_cache = raw.get("block_cache")
         if isinstance(block_cache, dict):
             out["bc_hits"], out["bc_misses"] = block_cache["hits"], block_cache["misses"]
+            out["bc_stored_hits"] = block_cache.get("stored_hits")  # (cloud blocks, 0034)
         dc = (raw.get("cloud") or {}).get("data_cache")
         if dc:
             out["dc_hits"], out["dc_misses"] = dc["hits"], dc["misses"]
@@ -155,6 +156,7 @@ class RocksmashRunner(Runner):
                 "data_cache_bytes": (cloud.get("data_cache") or {}).get("bytes"),
                 "key_cache_bytes": (cloud.get("key_cache") or {}).get("disk_bytes"),
                 "block_cache_used": (raw.get("block_cache") or {}).get("used"),
+                "block_cache_used_stored": (raw.get("block_cache") or {}).get("used_stored"),
                 "levels": [[lv["level"], lv["files"], lv["bytes"]]
                            for lv in raw.get("levels", []) if lv["files"]]}
 

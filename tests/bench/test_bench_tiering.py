@@ -21,7 +21,8 @@ from bench.workloads import CORE_WORKLOADS, StreamConfig
 ROCKSMASH = availability("rocksmash")[0]
 PHASE_FIELDS = ("throughput", "p50_us", "p99_us", "ops", "reads", "gets", "gets_per_1k_reads",
                 "proxy_requests", "proxy_requests_per_1k_ops", "data_cache_hit_ratio",
-                "block_cache_hit_ratio", "local_hit_ratio", "not_found", "stopped_early", "summary", "counters")
+                "block_cache_hit_ratio", "stored_hit_ratio", "local_hit_ratio", "not_found", "stopped_early",
+                "summary", "counters")
 
 
 @pytest.mark.skipif(not ROCKSMASH, reason="rocksmash not importable")
@@ -103,6 +104,14 @@ def _result(name: str, before: float, after: float, dc_before=None, dc_after=Non
             "phases": [{"workload": "c", "phase": "before", **_phase(before, dc_before)},
                        {"workload": "c", "phase": "after", **_phase(after, dc_after, 7)}],
             "compactions": [], "shape": {}}
+
+
+def test_stored_form_hits_are_a_share_of_all_block_lookups() -> None:
+    from bench.tiering import derived
+
+    d = {"bc_hits": 60, "bc_misses": 40, "bc_stored_hits": 15, "gets": 10}
+    assert derived({}, d)["stored_hit_ratio"] == pytest.approx(0.15)
+    assert derived({}, {"bc_hits": 60, "bc_misses": 40})["stored_hit_ratio"] is None  # (other systems)
 
 
 def test_report_ratios_and_goals_from_a_synthetic_document() -> None:
