@@ -209,7 +209,7 @@ class WorkerPool:
     def __init__(self, size: int, idle_exit: float | None = None) -> None:
         self.size = size
         self._idle: list[WorkerProcess] = []
-        self._busy: dict[int, tuple[WorkerProcess, object]] = {}  # id(worker) -> (it, owner)
+        self._busy: dict[WorkerProcess, object] = {}  # worker -> the owner of its job
         self._count = 0
         self._waiting = 0  # calls waiting for a worker (of which urgent:)
         self._urgent_waiting = 0
@@ -270,7 +270,7 @@ class WorkerPool:
         :meth:`kill_jobs_of`."""
         with self._cv:
             w = self._take(urgent)
-            self._busy[id(w)] = (w, owner)
+            self._busy[w] = owner
         try:
             try:
                 return w.call(job, **kwargs)
@@ -280,7 +280,7 @@ class WorkerPool:
                 return w.call(job, **kwargs)
         finally:
             with self._cv:
-                del self._busy[id(w)]
+                del self._busy[w]
                 self._idle.append(w)
                 self._idle_since[id(w)] = time.monotonic()
                 self._cv.notify_all()
@@ -288,10 +288,10 @@ class WorkerPool:
     def kill_jobs_of(self, owner: object) -> int:
         """Kill the processes running ``owner``'s jobs now (each call raises WorkerDied,
         not retried); returns how many. For jobs that are stuck (see DB.close)."""
-        with self._cv:
-            busy = [w for w, o in self._busy.values() if o is owner]
-        for w in busy:
-            w.kill()
+        with self._cv:  # held, so no worker killed here can have taken another job yet
+            busy = [w for w, o in self._busy.items() if o is owner]
+            for w in busy:
+                w.kill()
         return len(busy)
 
     @property
