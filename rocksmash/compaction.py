@@ -158,10 +158,11 @@ def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
 
     - While a level above the last holds such a file in [lo, hi]: take the highest such
       level's files (L0: every L0 file that overlaps, widened as L0 files overlap each
-      other, which is no more than the background L0 compaction takes; deeper: a run of adjacent files starting at the first such one, as many as
-      fit in ``limit`` bytes with what they overlap below) and merge them into the next
-      level below that overlaps them (the last level if none does). Levels between hold
-      nothing in that range, so no older version ends up above a newer one.
+      other, which is no more than the background L0 compaction takes; deeper: a run of
+      adjacent files starting at the first such one, as many as fit in ``limit`` bytes
+      with what they overlap below) and merge them into the next level below that
+      overlaps them (the last level if none does). Levels between hold nothing in that
+      range, so no older version ends up above a newer one.
     - Then the last level's files in [lo, hi] numbered below ``old_number`` (so made
       before the call; the steps' own outputs are already merged), in runs of adjacent
       files within ``limit``, each rewritten alone, dropping overwritten versions and
@@ -170,7 +171,7 @@ def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
     last = v.num_levels - 1
     for level in range(last):
         files = v.overlapping(level, lo, hi)
-        if not any(f.min_seq <= old_seq for f in files):
+        if not any(_owed(f, level, last, old_seq, old_number) for f in files):
             continue
         if level == 0:  # L0 files overlap each other: widen until no more join
             flo, fhi = _key_range(files)
@@ -183,7 +184,8 @@ def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
             out_level, below = _below(v, 0, flo, fhi)
             runs = [[f] for f in files]
         else:
-            first = next(i for i, f in enumerate(files) if f.min_seq <= old_seq)
+            first = next(i for i, f in enumerate(files)
+                         if _owed(f, level, last, old_seq, old_number))
             out_level, below, n = _fit(v, level, files[first:], limit)
             files = files[first:first + n]
             runs = [files]
@@ -194,7 +196,8 @@ def manual_step(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
                           trivial_move=len(files) == 1 and not below,
                           reason="manual compact_range")
     files = v.overlapping(last, lo, hi)
-    start = next((i for i, f in enumerate(files) if f.number < old_number), None)
+    start = next((i for i, f in enumerate(files)
+                  if _owed(f, last, last, old_seq, old_number)), None)
     if start is None:
         return None
     _, _, n = _fit(v, last, files[start:], limit)
@@ -209,7 +212,14 @@ def manual_left(v: Version, lo: bytes | None, hi: bytes | None, old_seq: int,
     data moving down several levels is merged once per level, so the steps read more)."""
     last = v.num_levels - 1
     return sum(f.size for level in range(v.num_levels) for f in v.overlapping(level, lo, hi)
-               if (f.min_seq <= old_seq if level < last else f.number < old_number))
+               if _owed(f, level, last, old_seq, old_number))
+
+
+def _owed(f: FileMeta, level: int, last: int, old_seq: int, old_number: int) -> bool:
+    """Whether a manual compaction still has to take ``f`` (see :func:`manual_step`):
+    above the last level, if it holds data acknowledged before the call; on the last
+    level, if it was made before the call."""
+    return f.min_seq <= old_seq if level < last else f.number < old_number
 
 
 def _below(v: Version, level: int, lo: bytes, hi: bytes) -> tuple[int, list[FileMeta]]:
