@@ -110,8 +110,7 @@ class BlockCache:
                 st[i] = data
                 refs[i] = 0
                 sring.append((table, i))
-                self.used += charge
-                self.used_stored += charge
+                self._charge_stored(charge)
             if self.used > self.capacity:
                 self._make_room()
 
@@ -125,8 +124,7 @@ class BlockCache:
             data = st[i] if st is not None else None
             if data is not None:
                 st[i] = None  # type: ignore[index]
-                self.used -= len(data) + STORED_OVERHEAD
-                self.used_stored -= len(data) + STORED_OVERHEAD
+                self._charge_stored(-(len(data) + STORED_OVERHEAD))
             out = self._insert(table, i, blk)
             table.refs[i] = 1
             return out
@@ -144,6 +142,11 @@ class BlockCache:
         if self.used > self.capacity:
             self._make_room()
         return blk
+
+    def _charge_stored(self, n: int) -> None:
+        """Add ``n`` bytes (negative: remove) of stored blocks to the charges (lock held)."""
+        self.used += n
+        self.used_stored += n
 
     def _make_room(self) -> None:
         """Evict until ``used`` fits (lock held): from the decoded ring (demoting blocks
@@ -164,8 +167,7 @@ class BlockCache:
                     sring.append((t, j))
                     continue
                 st[j] = None  # type: ignore[index]
-                self.used -= len(data) + STORED_OVERHEAD
-                self.used_stored -= len(data) + STORED_OVERHEAD
+                self._charge_stored(-(len(data) + STORED_OVERHEAD))
                 continue
             if not ring:
                 return
@@ -183,8 +185,7 @@ class BlockCache:
             if st is not None and st[j] is None:
                 data = encode_stored(bytes(victim.raw), _DEMOTE_CODEC)
                 st[j] = data
-                self.used += len(data) + STORED_OVERHEAD
-                self.used_stored += len(data) + STORED_OVERHEAD
+                self._charge_stored(len(data) + STORED_OVERHEAD)
                 self.demoted += 1
                 sring.append((t, j))
 
@@ -199,8 +200,7 @@ class BlockCache:
             if st is not None:
                 for i, data in enumerate(st):
                     if data is not None:
-                        self.used -= len(data) + STORED_OVERHEAD
-                        self.used_stored -= len(data) + STORED_OVERHEAD
+                        self._charge_stored(-(len(data) + STORED_OVERHEAD))
                         st[i] = None
                 self._stored_ring = deque(s for s in self._stored_ring if s[0] is not table)
             self._ring = deque(slot for slot in self._ring if slot[0] is not table)
