@@ -6,7 +6,9 @@ compressible, as engine-core's) per compression in ``--compressions``, then read
 so other processes on a loaded machine count less than in wall time) of each piece of
 the miss path: the ``pread``, the CRC, ``decode_stored`` (CRC + decompression), the
 decode into a ``Block``, the whole miss as ``Table`` does it, the same through an
-``mmap`` of the file instead of ``pread``, and the block-cache insert. It answers "what
+``mmap`` of the file instead of ``pread``, and the block-cache insert; then, to compare,
+a hit (``Table.get`` of a key whose block is cached) and the bytes a cached block is
+charged. It answers "what
 would uncompressed or mmap'ed local blocks save per miss?" (issue 15). The file sizes
 are printed too: an uncompressed table is larger, and the OS page cache that holds it
 (or the mapping, which counts in RSS) is memory as well.
@@ -29,6 +31,7 @@ from typing import Callable, Sequence
 from bench.units import parse_count
 from rocksmash.block import TRAILER_SIZE, Block, decode_stored
 from rocksmash.block_cache import BlockCache
+from rocksmash.bloom import split_hash
 from rocksmash.env import LocalFile
 from rocksmash.table import Table
 from rocksmash.table_builder import TableBuilder
@@ -83,6 +86,25 @@ def measure(path: str, records: int, reads: int, compression: str,
         distinct = list(decoded)
         out["cache insert"] = _per_call_us(
             lambda i: cache.insert(t, i, decoded[i]), distinct)
+        # A hit for comparison: Table.get of a key whose block is cached (and has had
+        # its first find, which builds a heads-form block's heads; decision 0038).
+        hot = Table(1, LocalFile(path), BlockCache(1 << 40), os.path.basename(path))
+        try:
+            probes = [keys[rnd.randrange(len(keys))] for _ in range(reads)]
+            hashes = [split_hash(k) for k in probes]
+            for k, (w, m) in zip(probes, hashes):
+                hot.get(k, 1 << 56, w, m)
+                hot.get(k, 1 << 56, w, m)
+            seq_max = 1 << 56
+            start = time.thread_time_ns()
+            for k, (w, m) in zip(probes, hashes):
+                hot.get(k, seq_max, w, m)
+            out["hit (Table.get, block cached)"] = (
+                (time.thread_time_ns() - start) / len(probes) / 1000)
+            out["charge per cached block (bytes)"] = hot.cache.used / max(  # type: ignore[union-attr]
+                1, sum(b is not None for b in hot.blocks))
+        finally:
+            hot.close()
         return out, os.path.getsize(path)
     finally:
         t.close()
@@ -103,5 +125,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{comp}: table {size / 2**20:.1f} MiB, {args.records:,} records; "
                   f"CPU us per block:")
             for name, us in pieces.items():
-                print(f"  {name:36s} {us:7.2f}")
+                print(f"  {name:36s} {us:7.0f}" if "bytes" in name else f"  {name:36s} {us:7.2f}")
     return 0

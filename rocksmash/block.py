@@ -28,6 +28,7 @@ import sys
 import threading
 import zlib
 from array import array
+from bisect import bisect_left
 from itertools import accumulate
 from typing import Any, Literal, Sequence
 
@@ -38,7 +39,8 @@ from .errors import CorruptionError
 from .formats import COMPRESSION_CODES
 
 __all__ = ["Block", "BlockBuilder", "encode_stored", "decode_stored", "TRAILER_SIZE",
-           "BLOCK_OVERHEAD", "KEY_OVERHEAD"]
+           "BLOCK_OVERHEAD", "KEY_OVERHEAD", "HEADS_OVERHEAD", "HEAD_BYTES", "head_of",
+           "value_offsets"]
 
 TRAILER_SIZE = 5
 #: Bytes a BlockBuilder counts per entry besides its key and value (the block cut
@@ -77,6 +79,19 @@ def _le(arr: array) -> bytes:
 _fixed: dict[tuple[int, int], tuple[bytes, struct.Struct]] = {}
 
 
+def _fixed_shape(width: int, n: int) -> tuple[bytes, struct.Struct]:
+    """For ``n`` strings of ``width`` bytes laid end to end: their ``n + 1`` u32 start
+    offsets as stored, and a Struct that cuts them all in one ``unpack_from``."""
+    shape = _fixed.get((width, n))
+    if shape is None:
+        if len(_fixed) > 4096:
+            _fixed.clear()
+        shape = _fixed[(width, n)] = (
+            _le(array("I", range(0, (n + 1) * width, width))),
+            struct.Struct(f"{width}s" * n))
+    return shape
+
+
 def _split(buf: bytes, base: int, offs_raw: memoryview, n: int,
            offs: memoryview | array | None = None) -> Sequence[bytes]:
     """The ``n`` byte strings stored at ``buf[base:]`` with ``n + 1`` u32 start offsets
@@ -89,119 +104,208 @@ def _split(buf: bytes, base: int, offs_raw: memoryview, n: int,
     if n > 0:
         width = offs[1]
         if width and offs[n] == n * width:
-            shape = _fixed.get((width, n))
-            if shape is None:
-                if len(_fixed) > 4096:
-                    _fixed.clear()
-                shape = _fixed[(width, n)] = (
-                    _le(array("I", range(0, (n + 1) * width, width))),
-                    struct.Struct(f"{width}s" * n))
+            shape = _fixed_shape(width, n)
             if offs_raw == shape[0]:
                 return shape[1].unpack_from(buf, base)
     starts = offs.tolist()
     return [buf[base + a:base + b] for a, b in zip(starts, starts[1:])]
 
 
-#: Bytes a cached block takes on top of its uncompressed bytes, charged with them: per
-#: block the Block object, the headers of ``raw``, ``kinds`` and the key list, two
-#: memoryviews and the cache's ring entry; per key a list slot and a bytes object's
-#: header, rounded up by the allocator (the key's bytes themselves are a copy, charged
-#: too). Measured with tracemalloc at about 2,670 bytes per 4 KiB block of 29 entries
-#: with 24-byte keys, 1.65x the block's bytes (tests/rocksmash/test_block_cache.py
-#: checks the charge stays near the truth).
-BLOCK_OVERHEAD = 600
+#: Bytes a cached block of fixed-width keys (the common case: the *heads* form) takes on
+#: top of its uncompressed bytes, charged with them: the header of ``raw``, the Block
+#: object and its int attributes, the ``heads`` array's header, the cache's ring entry.
+#: Per entry it costs ``HEAD_BYTES`` more (its head in the array). Measured with
+#: tracemalloc at about 4,790 bytes per 4 KiB block of 29 entries with 24-byte keys,
+#: 1.17x the block's bytes (tests/rocksmash/test_block_cache.py checks the charge stays
+#: near the truth for both forms).
+HEADS_OVERHEAD = 450
+HEAD_BYTES = 8
+#: The same for a block of keys of different widths, or narrower than 8 bytes (the
+#: *list* form, as before round 6): per key a list slot and a bytes object's header,
+#: rounded up by the allocator, and the key's bytes (a copy, charged too). About 1.5x
+#: the block's bytes for 8-byte keys and 100-byte values, 1.65x with 24-byte keys.
+BLOCK_OVERHEAD = 200
 KEY_OVERHEAD = 48
+#: Keys narrower than this keep the list form (a head is 8 bytes of the key).
+_MIN_HEAD_WIDTH = 8
+_BEQ = struct.Struct(">Q")
+_VOFF2 = struct.Struct("<II")
+#: ``head_of(key, hs)[0]``: the head of ``key`` (its 8 bytes at ``hs``, big-endian).
+head_of = _BEQ.unpack_from
+#: ``value_offsets(raw, voffs + 4 * j)``: entry ``j``'s value start and end in the area.
+value_offsets = _VOFF2.unpack_from
+_heads_shapes: dict[tuple[int, int, int], struct.Struct] = {}
+
+
+def _heads_shape(width: int, hs: int, n: int) -> struct.Struct:
+    """A Struct that cuts, from ``n`` keys of ``width`` bytes laid end to end, the 8
+    bytes at ``hs`` of each as a big-endian u64: one ``unpack_from`` for a block."""
+    shape = _heads_shapes.get((width, hs, n))
+    if shape is None:
+        if len(_heads_shapes) > 4096:
+            _heads_shapes.clear()
+        tail = width - hs - 8
+        one = f"{hs}xQ{tail}x" if tail else f"{hs}xQ"
+        shape = _heads_shapes[(width, hs, n)] = struct.Struct(">" + one * n)
+    return shape
 
 
 class Block:
-    """A decoded block. ``keys`` is a sequence (list or tuple) for ``bisect``; values are
-    sliced on demand; ``seqs`` is decoded on first use (a point read of a table with one
-    version per key never needs it).
+    """A decoded block, in one of two forms (decision 0038).
 
-    Decoding is on every block-cache miss, so it is written for few C calls: each array
-    is one slice and one ``cast`` of a single memoryview, the key offsets are decoded
-    once, and no helper is called on little-endian machines.
+    *Heads* (keys of one width ``width`` >= 8, the common case): no key objects. The keys
+    stay in ``raw``; ``heads`` is an ``array('Q')`` of, per entry, the 8 key bytes at
+    ``hs`` as a big-endian u64, where ``hs`` is where the keys of the block start to
+    differ (capped at ``width - 8``). All keys share their first ``hs`` bytes, so the
+    heads ascend with the keys (big-endian u64 order is byte order for 8 bytes), and a
+    lookup is one ``bisect`` over the heads plus one ``startswith`` on ``raw``: about
+    the cost of a ``bisect`` over a key list, at 8 bytes an entry instead of about 72.
+    Entries whose heads tie are told apart by comparing their keys (:meth:`find`).
+
+    *List* (keys of different widths, or narrower than 8 bytes): ``klist`` holds the keys
+    as ``bytes`` for ``bisect``; ``heads`` is None.
+
+    Both: values are sliced on demand (their offsets read by ``unpack_from``); kinds and
+    sequence numbers are read from ``raw``, where ``kinds``, ``voffs`` and ``kbase`` /
+    ``vbase`` are the offsets of the kinds, the value offsets and the key / value areas.
+    ``keys`` gives the keys as a sequence (a new tuple each time in the heads form: for
+    scans, which yield them anyway).
+
+    Decoding is on every block-cache miss, so it is a few C calls: one ``unpack_from``
+    for the heads (or the keys), one comparison of the key offsets with the expected ones.
     """
 
-    __slots__ = ("keys", "_seqs", "kinds", "raw", "vbase", "voffs", "voffs_raw", "charge")
+    __slots__ = ("raw", "n", "width", "hs", "heads", "klist", "kinds", "voffs", "kbase",
+                 "vbase", "charge")
 
     def __init__(self, raw: bytes) -> None:
         try:
             n = _COUNT.unpack_from(raw, 0)[0]
-            view = memoryview(raw)
             o = 8 + 8 * n
             m = 4 * (n + 1)
-            koffs_raw = view[o:o + m]
-            voffs_raw = self.voffs_raw = view[o + m:o + 2 * m]
-            koffs: memoryview | array
-            voffs: memoryview | array
-            if _LITTLE:
-                koffs = koffs_raw.cast("I")
-                voffs = voffs_raw.cast("I")
-            else:
-                koffs = _ints(koffs_raw, "I")
-                voffs = _ints(voffs_raw, "I")
-            self.voffs = voffs
-            o += 2 * m
-            kinds = self.kinds = raw[o:o + n]
-            o += n
-            klen = koffs[n]
-            vbase = self.vbase = o + klen
-            if vbase + voffs[n] != len(raw) or len(kinds) != n:
+            klen = _COUNT.unpack_from(raw, o + m - 4)[0]  # the last key offset: their length
+            self.voffs = o + m
+            vend = _COUNT.unpack_from(raw, o + 2 * m - 4)[0]
+            kbase = self.kbase = o + 2 * m + n
+            self.kinds = kbase - n
+            vbase = self.vbase = kbase + klen
+            if vbase + vend != len(raw):
                 raise CorruptionError("block: sizes do not add up")
-            # _split's fixed-width case inline (a miss decodes keys on every read): keys
-            # of one width, their offsets the expected ones, cut by one unpack_from.
-            shape = _fixed.get((klen // n, n)) if n else None
-            self.keys: Sequence[bytes]
-            if shape is not None and koffs_raw == shape[0]:
-                self.keys = shape[1].unpack_from(raw, o)
+            width = klen // n if n else 0
+            self.hs = 0
+            self.heads: array | None = None
+            if (width >= _MIN_HEAD_WIDTH and width * n == klen
+                    and raw.startswith(_fixed_shape(width, n)[0], o)):
+                # Heads form (its heads are built by the first find: see _build_heads).
+                self.width = width
+                self.klist: Sequence[bytes] | None = None
+                self.charge = len(raw) + HEADS_OVERHEAD + HEAD_BYTES * n
             else:
-                self.keys = _split(raw, o, koffs_raw, n, koffs)
+                self.width = 0
+                self.klist = _split(raw, kbase, memoryview(raw)[o:o + m], n)
+                self.charge = len(raw) + BLOCK_OVERHEAD + KEY_OVERHEAD * n + klen
         except (struct.error, ValueError, IndexError, TypeError) as e:
             raise CorruptionError(f"block: malformed ({e})") from None
-        self._seqs: memoryview | array | None = None
+        self.n = n
         self.raw = raw
-        #: Bytes charged to the block cache: what the decoded block really takes, its
-        #: uncompressed bytes plus the Python objects around them (see BLOCK_OVERHEAD), so
-        #: the cache's budget is memory, as RocksDB's is.
-        self.charge = len(raw) + BLOCK_OVERHEAD + KEY_OVERHEAD * n + klen
+
+    def _build_heads(self) -> array:
+        """Build the heads of a heads-form block (on its first :meth:`find`, not in
+        ``__init__``: a block loaded by a miss is often never read again, and the miss
+        pays for one ``unpack_from`` of its keys anyway, see :meth:`find_once`). ``hs``
+        is where the keys start to differ: sorted, they share the prefix of the first
+        and the last. Readers may race here: each builds the same heads."""
+        raw, w, n, o = self.raw, self.width, self.n, self.kbase
+        first = int.from_bytes(raw[o:o + w], "big")
+        last = int.from_bytes(raw[self.vbase - w:self.vbase], "big")
+        hs = self.hs = min((8 * w - (first ^ last).bit_length()) // 8, w - 8)
+        heads = self.heads = array("Q", _heads_shape(w, hs, n).unpack_from(raw, o))
+        return heads
+
+    @property
+    def keys(self) -> Sequence[bytes]:
+        """The keys, ascending (in the heads form a new tuple, one ``unpack_from``)."""
+        klist = self.klist
+        if klist is not None:
+            return klist
+        return _fixed_shape(self.width, self.n)[1].unpack_from(self.raw, self.kbase)
+
+    def find_once(self, key: bytes) -> int:
+        """:meth:`find` for a block just loaded (a miss), which may never be read again:
+        a heads-form block without heads is searched by a ``bisect`` over its keys cut
+        for this call instead of building its heads."""
+        if self.heads is not None or self.klist is not None:
+            return self.find(key)
+        keys = self.keys
+        j = bisect_left(keys, key)
+        return j if j < self.n and keys[j] == key else -1
+
+    def find(self, key: bytes) -> int:
+        """The index of the first (newest) entry of ``key``, or -1 if there is none."""
+        heads = self.heads
+        if heads is None:
+            klist = self.klist
+            if klist is None:
+                heads = self._build_heads()
+            else:
+                j = bisect_left(klist, key)
+                return j if j < self.n and klist[j] == key else -1
+        w = self.width
+        if len(key) != w:
+            return -1
+        h = _BEQ.unpack_from(key, self.hs)[0]
+        j = bisect_left(heads, h)
+        raw, p, n = self.raw, self.kbase + j * w, self.n
+        while j < n and heads[j] == h:  # ties of heads: compare the keys
+            k = raw[p:p + w]
+            if k == key:
+                return j
+            if k > key:
+                return -1
+            j += 1
+            p += w
+        return -1
+
+    def key_is(self, j: int, key: bytes) -> bool:
+        """Whether entry ``j`` has key ``key``."""
+        klist = self.klist
+        if klist is not None:
+            return klist[j] == key
+        w = self.width
+        return len(key) == w and self.raw.startswith(key, self.kbase + j * w)
 
     @property
     def seqs(self) -> memoryview | array:
-        """Sequence number of each entry (decoded on first use; the size checks of
-        ``__init__`` guarantee the area is there)."""
-        seqs = self._seqs
-        if seqs is None:
-            n = len(self.keys)
-            seqs = self._seqs = _ints(memoryview(self.raw)[8:8 + 8 * n], "Q")
-        return seqs
+        """Sequence number of each entry (a new view each time: callers hold it for a
+        loop; the size checks of ``__init__`` guarantee the area is there)."""
+        return _ints(memoryview(self.raw)[8:8 + 8 * self.n], "Q")
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return self.n
 
     def values(self, lo: int, hi: int) -> Sequence[bytes | None]:
         """Values of entries ``lo:hi`` (None for deletions), for scans: a sequence the
         caller must not change (a tuple when no entry is a deletion)."""
-        n = len(self.keys)
+        n, raw, base, vo = self.n, self.raw, self.vbase, self.voffs
         out: Sequence[bytes | None]
         if lo == 0 and hi == n or hi - lo > 8:  # split all of them at C speed
-            out = _split(self.raw, self.vbase, self.voffs_raw, n, self.voffs)[lo:hi]
+            out = _split(raw, base, memoryview(raw)[vo:vo + 4 * (n + 1)], n)[lo:hi]
         else:
-            raw, base = self.raw, self.vbase
-            offs = self.voffs[lo:hi + 1].tolist()
+            offs = _ints(memoryview(raw)[vo + 4 * lo:vo + 4 * (hi + 1)], "I").tolist()
             out = [raw[base + a:base + b] for a, b in zip(offs, offs[1:])]
-        kinds = self.kinds[lo:hi]
+        kinds = raw[self.kinds + lo:self.kinds + hi]
         if 0 in kinds:
             out = [None if not kind else v for v, kind in zip(out, kinds)]
         return out
 
     def value(self, i: int) -> bytes | None:
         """The value of entry ``i``, or None if the entry is a deletion."""
-        if not self.kinds[i]:
+        raw = self.raw
+        if not raw[self.kinds + i]:
             return None
+        a, b = _VOFF2.unpack_from(raw, self.voffs + 4 * i)
         base = self.vbase
-        voffs = self.voffs
-        return self.raw[base + voffs[i]:base + voffs[i + 1]]
+        return raw[base + a:base + b]
 
 
 class BlockBuilder:

@@ -7,13 +7,14 @@ ring of ``(table, index)`` slots in insertion order. Eviction walks the ring: a 
 whose ``refs`` flag is set gets a second chance (flag cleared, moved to the back),
 otherwise its block is dropped.
 
-Two forms, one budget (decision 0034). A decoded block is charged about 1.65x its bytes
-(block.py: the Python objects around them); its stored form (compressed, with the
-table format's trailer) about 0.4x as much. So a table that has a ``stored`` list (cloud
-tables, ``cloud_stored_blocks``) keeps blocks the decoded ring evicts in stored form in
-a second ring, under the same ``capacity``: at 1M records that holds 2.4x as many blocks
-in 64 MiB, and the model (``python -m bench cache-model --forms``) predicts half the
-misses, each a GET for a cloud table. A stored hit pays lz4 and a decode (about 6 us)
+Two forms, one budget (decision 0034). A decoded block is charged what it takes
+(block.py: about 1.17x its bytes for fixed-width keys, decision 0038; 1.65x with a key
+list); its stored form (compressed, with the table format's trailer) about 0.57x as much
+as the former (0.4x of the latter). So a table that has a ``stored`` list (cloud tables,
+``cloud_stored_blocks``) keeps blocks the decoded ring evicts in stored form in a second
+ring, under the same ``capacity``: at 1M records that held 2.4x as many blocks in 64 MiB
+when decoded blocks were charged 1.65x, and the model (``python -m bench cache-model
+--forms``) predicted half the misses, each a GET for a cloud table. A stored hit pays lz4 and a decode (about 6 us)
 and moves the block back to the decoded ring. Which ring gives way when the cache is
 full: the decoded one, until decoded blocks hold at most DECODED_FLOOR of the capacity
 (the hottest blocks stay decoded, so most hits cost nothing); then the stored one. While

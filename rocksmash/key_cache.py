@@ -43,7 +43,6 @@ import os
 import shutil
 import struct
 import time
-from bisect import bisect_left
 from threading import BoundedSemaphore, Lock
 from typing import TYPE_CHECKING, Any
 
@@ -239,14 +238,16 @@ class KeyCache:
 
 def newest_version(blk: "Block", key: bytes, seq: int) -> tuple[int, bytes | None] | None:
     """The newest version of ``key`` in ``blk`` with sequence <= ``seq``."""
-    keys, seqs = blk.keys, blk.seqs
-    j = bisect_left(keys, key)
-    n = len(keys)
-    while j < n and keys[j] == key:
+    j = blk.find(key)
+    if j < 0:
+        return None
+    seqs, n = blk.seqs, blk.n
+    while True:
         if seqs[j] <= seq:
             return seqs[j], blk.value(j)
         j += 1
-    return None
+        if j == n or not blk.key_is(j, key):
+            return None
 
 
 def lookup_entry(t: "Table", key: bytes, seq: int, i: int) -> tuple[int, bytes | None] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from threading import Event, Lock
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .block import Block, TRAILER_SIZE, decode_stored
+from .block import Block, TRAILER_SIZE, decode_stored, head_of, value_offsets
 from . import key_cache
 from .block_cache import BlockCache
 from .bloom import BloomFilter
@@ -31,6 +31,9 @@ __all__ = ["Table", "TableMeta", "read_table_meta", "scan_tables", "FETCH_WAIT_S
 FETCH_WAIT_S = 300.0
 #: Guards every table's ``loading`` dict (held for a dict operation, never across I/O).
 _LOADING_LOCK = Lock()
+#: (Block's helpers, bound once for Table.get's inlined lookup.)
+_head = head_of
+_voffs = value_offsets
 
 
 @dataclass
@@ -409,27 +412,49 @@ class Table:
             if self.rows is not None:
                 return key_cache.lookup(self, key, seq, i)
             blk = self.block(i)
+            j = blk.find_once(key)  # (a miss: the block may never be read again)
+            if j < 0:
+                return MISSING
+            raw = blk.raw
         else:
             self.refs[i] = 1
             self.cache.hits += 1  # type: ignore[union-attr]  # (blocks are cached only with a cache)
             if self.rows is not None:  # a cloud table: the key cache samples its heat
                 key_cache.sample(self, key, blk)
-        keys = blk.keys
-        j = bisect_left(keys, key)
-        if j == len(keys) or keys[j] != key:
-            return MISSING
+            raw = blk.raw
+            heads = blk.heads
+            if heads is not None:  # Block.find inlined: keys of one width, heads built
+                w = blk.width
+                if len(key) != w:
+                    return MISSING
+                j = bisect_left(heads, _head(key, blk.hs)[0])
+                p = blk.kbase + j * w
+                if j == blk.n or raw[p:p + w] != key:
+                    j = blk.find(key)  # (a tie of heads, or not there)
+                    if j < 0:
+                        return MISSING
+            else:
+                keys = blk.klist
+                if keys is None:
+                    j = blk.find(key)  # the block's first hit: it builds its heads
+                    if j < 0:
+                        return MISSING
+                else:
+                    j = bisect_left(keys, key)
+                    if j == blk.n or keys[j] != key:
+                        return MISSING
         if seq < self.max_seq:
             seqs = blk.seqs
-            n = len(keys)
+            n = blk.n
             while seqs[j] > seq:
                 j += 1
-                if j == n or keys[j] != key:
+                if j == n or not blk.key_is(j, key):
                     return MISSING
-        if not blk.kinds[j]:
+        if not raw[blk.kinds + j]:
             return None
+        a, b = _voffs(raw, blk.voffs + 4 * j)
         base = blk.vbase
-        voffs = blk.voffs
-        return blk.raw[base + voffs[j]:base + voffs[j + 1]]
+        return raw[base + a:base + b]
 
     def get_entry(self, key: bytes, seq: int) -> tuple[int, bytes | None] | None:
         """``(seq, value)`` of the newest version of ``key`` with sequence <= ``seq``
@@ -439,14 +464,7 @@ class Table:
             return None
         if self.rows is not None and self.blocks[i] is None:
             return key_cache.lookup_entry(self, key, seq, i)
-        blk = self.block(i)
-        keys, seqs = blk.keys, blk.seqs
-        j = bisect_left(keys, key)
-        while j < len(keys) and keys[j] == key:
-            if seqs[j] <= seq:
-                return seqs[j], blk.value(j)
-            j += 1
-        return None
+        return key_cache.newest_version(self.block(i), key, seq)
 
     def _chunk(self, blk: Block, lo: int, hi: int, seq: int
                ) -> tuple[Sequence[bytes], Sequence[bytes | None]]:

@@ -12,26 +12,42 @@ from rocksmash.table import Table
 from rocksmash.table_builder import TableBuilder
 
 
-def test_block_charge_is_what_python_spends(tmp_path):
-    """For the benchmark's rows (24-byte keys, 100-byte values, 4 KiB blocks)."""
+def _charge_and_spent(tmp_path, keys: list[bytes]) -> tuple[int, int, int, Table]:
+    """Decode every block of a table of ``keys`` (100-byte values, 4 KiB blocks) into a
+    cache: (its charge, the bytes tracemalloc saw spent, the blocks' bytes, the table)."""
     path = str(tmp_path / "t.sst")
     b = TableBuilder(path, block_size=4096, compression="lz4", bloom_bits_per_key=10)
-    keys = [b"user%020d" % i for i in range(3000)]
-    b.add_unique(keys, list(range(1, 3001)), [os.urandom(50) * 2 for _ in keys])
+    b.add_unique(keys, list(range(1, len(keys) + 1)), [os.urandom(50) * 2 for _ in keys])
     b.finish(sync=False)
     cache = BlockCache(1 << 30)
     table = Table(1, LocalFile(path), cache)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for i in range(table.nblocks):
-            table.block(i)
+        for i, key in enumerate(table.index_keys):
+            table.block(i).find(key)  # (a block's first find builds its heads)
         spent = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    raw = sum(len(blk.raw) for blk in table.blocks)
+    return cache.used, spent, sum(len(blk.raw) for blk in table.blocks), table
+
+
+def test_block_charge_is_what_python_spends(tmp_path):
+    """For the benchmark's rows (24-byte keys, 100-byte values, 4 KiB blocks): the heads
+    form, no key objects (decision 0038)."""
+    used, spent, raw, table = _charge_and_spent(tmp_path, [b"user%020d" % i for i in range(3000)])
+    assert all(blk.heads is not None and blk.klist is None for blk in table.blocks)
+    assert spent < 1.25 * raw  # (the list form spent 1.65x)
+    assert 0.9 * spent <= used <= 1.1 * spent, (used, spent, raw)
+
+
+def test_list_form_charge_is_what_python_spends(tmp_path):
+    """Keys of different widths keep a key list, charged for its objects."""
+    used, spent, raw, table = _charge_and_spent(
+        tmp_path, sorted(b"user%d" % i for i in range(3000)))
+    assert all(blk.heads is None and blk.klist is not None for blk in table.blocks)
     assert spent > 1.3 * raw  # (the objects matter: charging only the bytes undercounts)
-    assert 0.85 * spent <= cache.used <= 1.15 * spent, (cache.used, spent, raw)
+    assert 0.9 * spent <= used <= 1.1 * spent, (used, spent, raw)
 
 
 def _cloud_table(tmp_path, cache: BlockCache, name: str = "t"):
