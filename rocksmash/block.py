@@ -38,7 +38,7 @@ import zstandard
 from .errors import CorruptionError
 from .formats import COMPRESSION_CODES
 
-__all__ = ["Block", "BlockBuilder", "encode_stored", "decode_stored", "TRAILER_SIZE",
+__all__ = ["Block", "BlockBuilder", "encode_block", "encode_stored", "decode_stored", "TRAILER_SIZE",
            "BLOCK_OVERHEAD", "KEY_OVERHEAD", "HEADS_OVERHEAD", "HEAD_BYTES", "head_of",
            "value_offsets"]
 
@@ -336,16 +336,7 @@ class BlockBuilder:
         return len(self.keys)
 
     def finish(self) -> bytes:
-        keys, values = self.keys, self.values
-        return b"".join((
-            _HEAD.pack(len(keys), 0),
-            _le(array("Q", self.seqs)),
-            _le(array("I", accumulate(map(len, keys), initial=0))),
-            _le(array("I", accumulate(map(len, values), initial=0))),
-            bytes(self.kinds),
-            b"".join(keys),
-            b"".join(values),
-        ))
+        return encode_block(self.keys, self.seqs, bytes(self.kinds), self.values)
 
     def reset(self) -> None:
         self.keys = []
@@ -353,6 +344,31 @@ class BlockBuilder:
         self.kinds = bytearray()
         self.values = []
         self.size = 8
+
+
+def _starts(parts: Sequence[bytes], width: int | None) -> bytes:
+    """The ``len(parts) + 1`` u32 start offsets of ``parts`` laid end to end; ``width``:
+    every part has that length (the offsets come from a cache instead of a sum)."""
+    if width is None:
+        return _le(array("I", accumulate(map(len, parts), initial=0)))
+    return _fixed_shape(width, len(parts))[0]
+
+
+def encode_block(keys: Sequence[bytes], seqs: Sequence[int], kinds: bytes,
+                 values: Sequence[bytes], key_width: int | None = None,
+                 value_width: int | None = None) -> bytes:
+    """The uncompressed block of these entries (the layout above; a deletion's value is
+    ``b""``). ``key_width`` / ``value_width``: the caller knows every key / value has
+    that length (a table builder's bulk path), so the offsets are not summed."""
+    return b"".join((
+        _HEAD.pack(len(keys), 0),
+        _le(array("Q", seqs)),
+        _starts(keys, key_width),
+        _starts(values, value_width),
+        kinds,
+        b"".join(keys),
+        b"".join(values),
+    ))
 
 
 def encode_stored(raw: bytes, compression: str) -> bytes:

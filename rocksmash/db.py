@@ -253,6 +253,10 @@ class DB:
         workers = opts.background_processes and type(self._env) is PosixEnv
         # One pool for flushes and compactions; flushes go first in it (decision 0031).
         self._pool = shared_pool() if workers else None
+        #: Writes call _make_room once the memtable reaches this many bytes: a quarter
+        #: of memtable_size (it then starts the worker that will flush the memtable),
+        #: then memtable_size (it seals the memtable).
+        self._room_at = self._memtable_size // 4 if self._pool is not None else self._memtable_size
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
@@ -397,7 +401,7 @@ class DB:
         if len(key) > self._max_key or len(value) > self._max_value:
             self._check_sizes(key, value)
         with self._lock:
-            if self._stall or self._closed or self._mem.size >= self._memtable_size:
+            if self._stall or self._closed or self._mem.size >= self._room_at:
                 self._make_room()
             seq = self._seq + 1
             wal = self._wal
@@ -454,7 +458,7 @@ class DB:
                                                 and len(value) > self._max_value):
                     self._check_sizes(key, value or b"")
         with self._lock:
-            if self._stall or self._closed or self._mem.size >= self._memtable_size:
+            if self._stall or self._closed or self._mem.size >= self._room_at:
                 self._make_room()
             seq = self._seq + 1
             wal = self._wal
@@ -531,6 +535,12 @@ class DB:
         self._stats["stall_seconds"] += time.monotonic() - started
         if self._mem.size >= self._memtable_size:
             self._switch_memtable()
+        elif self._mem.size >= self._room_at:
+            # A quarter full: start the worker that will flush it now, so the flush does
+            # not begin with the worker's start-up while writes fill the next memtables.
+            self._room_at = self._memtable_size
+            if self._pool is not None:
+                self._pool.prestart()
 
     def _closed_error(self) -> ClosedError:
         if self._forked:
@@ -576,6 +586,7 @@ class DB:
         self._mem.last_seq = self._seq
         self._imm = [self._mem] + self._imm  # publish the sealed one before replacing it
         self._mem = Memtable(seg, table)
+        self._room_at = self._memtable_size // 4 if self._pool is not None else self._memtable_size
         self._update_stall()
         self._cv.notify_all()
 

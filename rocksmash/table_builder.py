@@ -10,7 +10,7 @@ from itertools import accumulate, repeat
 from operator import add
 from typing import Sequence, cast
 
-from .block import ENTRY_EXTRA, BlockBuilder, encode_stored
+from .block import ENTRY_EXTRA, BlockBuilder, encode_block, encode_stored
 from .env import POSIX, BufferedFile, Env
 from .bloom import build_filter, key_hash
 from .range_del import Tombstone, bounds, to_props
@@ -133,17 +133,37 @@ class TableBuilder:
         # ends[i]: the encoded size of entries [0, i) (BlockBuilder.add's accounting).
         ends = list(accumulate(map(add, map(add, klens, vlens), repeat(ENTRY_EXTRA, n)),
                                initial=0))
+        # One length for every key (values), as in fixed-size records: a block's offsets
+        # then come from a cache (block.encode_block).
+        kw = klens[0] if klens.count(klens[0]) == n else None
+        vw = vlens[0] if not deletions and vlens.count(vlens[0]) == n else None
         block = self._block
+        bsize = self._block_size
         i = 0
         while i < n:
-            if block.size >= self._block_size:
+            if block.size >= bsize:
                 self._flush_block()
             if self._pending is not None:
                 self._index.add(shortest_separator(self._pending[0], keys[i]), 0,
                                 self._pending[1])
                 self._pending = None
             # The block takes entries up to the first that brings it to block_size.
-            j = min(bisect_left(ends, self._block_size - block.size + ends[i], i + 1), n)
+            j = bisect_left(ends, bsize - block.size + ends[i], i + 1)
+            if j < n and not len(block):
+                # A whole block that the next entry would flush: encoded straight from
+                # the columns (the bytes _flush_block would write), no BlockBuilder.
+                if deletions:
+                    part = values[i:j]
+                    kinds = bytes([v is not None for v in part])
+                    vals: Sequence[bytes] = [b"" if v is None else v for v in part]
+                else:
+                    kinds, vals = b"\x01" * (j - i), puts[i:j]
+                raw = encode_block(keys[i:j], seqs[i:j], kinds, vals, kw, vw)
+                self._pending = (keys[j - 1], self._write(raw, self._compression))
+                i = j
+                continue
+            if j > n:
+                j = n
             block.keys += keys[i:j]
             block.seqs += seqs[i:j]
             if deletions:

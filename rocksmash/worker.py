@@ -147,6 +147,13 @@ class WorkerProcess:
                                 close_fds=True,
                                 pass_fds=() if self._lock_fd is None else (self._lock_fd,))
 
+    def start(self) -> None:
+        """Start the process now if it is not running (it then imports what jobs need
+        while the caller goes on), so the next :meth:`call` does not wait for that."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+
     def call(self, job: str, **kwargs: Any) -> Any:
         with self._lock:
             self.killed = False
@@ -263,6 +270,32 @@ class WorkerPool:
             with self._cv:
                 self._idle.extend(due)
                 self._cv.notify_all()
+
+    def prestart(self) -> bool:
+        """Start a worker's process ahead of a job that is coming (a memtable that will
+        need a flush), so that job does not wait for the interpreter and its imports
+        (about 0.2 s of CPU, more on a busy machine). Does nothing if an idle worker has
+        a process already or every worker is busy; True if it started one. The worker
+        is idle meanwhile: the reaper stops it after ``idle_exit`` if no job comes."""
+        with self._cv:
+            if any(w.pid is not None for w in self._idle):
+                return False
+            w = next(iter(self._idle), None)
+            if w is not None:
+                self._idle.remove(w)  # out of the list while it starts (as in _reap)
+            elif self._count < self.size:
+                self._count += 1
+                w = WorkerProcess()
+            else:
+                return False
+        try:
+            w.start()
+        finally:
+            with self._cv:
+                self._idle.append(w)
+                self._idle_since[id(w)] = time.monotonic()
+                self._cv.notify_all()
+        return True
 
     def call(self, job: str, urgent: bool = False, owner: object = None,
              **kwargs: Any) -> Any:

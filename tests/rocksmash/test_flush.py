@@ -127,6 +127,28 @@ def test_add_unique_writes_what_add_writes(tmp_path, data, block_size, split):
         t.close()
 
 
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), klen=st.integers(1, 24), vlen=st.integers(0, 120),
+       count=st.integers(1, 400), deletes=st.booleans(), block_size=st.sampled_from([64, 512, 4096]),
+       split=st.floats(0, 1))
+def test_add_unique_of_fixed_size_records_writes_what_add_writes(tmp_path, data, klen, vlen, count,
+                                                                 deletes, block_size, split):
+    """Keys of one length and values of another (a load's records) take add_unique's
+    path that encodes whole blocks from the columns, with cached offsets."""
+    keys = sorted(data.draw(st.sets(st.binary(min_size=klen, max_size=klen), min_size=1,
+                                    max_size=count)))
+    value = st.binary(min_size=vlen, max_size=vlen)
+    values = data.draw(st.lists(st.one_of(st.none(), value) if deletes else value,
+                                min_size=len(keys), max_size=len(keys)))
+    entries = [(k, i + 1, v) for i, (k, v) in enumerate(zip(keys, values))]
+    cut = int(split * len(entries))
+    one = _build(str(tmp_path / "one.sst"), entries, block_size, len(entries))
+    bulk = _build(str(tmp_path / "bulk.sst"), entries, block_size, cut)
+    with open(one.path, "rb") as a, open(bulk.path, "rb") as b:
+        assert a.read() == b.read()
+
+
 def test_add_unique_refuses_keys_out_of_order(tmp_path):
     b = TableBuilder(str(tmp_path / "t.sst"), block_size=64, compression="none",
                      bloom_bits_per_key=10)

@@ -74,3 +74,28 @@ def test_an_idle_worker_exits_and_the_next_job_starts_another():
     finally:
         pool.idle_exit = 3600.0
         pool.stop()
+
+
+def test_a_prestarted_worker_runs_the_next_job_and_a_second_prestart_does_nothing():
+    pool = WorkerPool(1)
+    try:
+        assert pool.prestart() is True
+        (pid,) = pool.pids  # a process is up before any job asked for one
+        assert pool.prestart() is False  # an idle worker has a process already
+        assert pool.call("loaded_modules", names=["rocksmash.jobs"]) == ["rocksmash.jobs"]
+        assert pool.pids == [pid]  # the job ran on it
+    finally:
+        pool.stop()
+
+
+def test_a_prestart_with_every_worker_busy_does_nothing():
+    pool = WorkerPool(1)
+    with pool._cv:
+        busy = pool._take(False)  # (no process starts: WorkerProcess is lazy)
+    try:
+        assert pool.prestart() is False
+        assert pool.pids == []
+    finally:
+        with pool._cv:
+            pool._idle.append(busy)
+        pool.stop()

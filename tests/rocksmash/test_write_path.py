@@ -88,3 +88,40 @@ def test_a_batch_writing_a_key_twice_keeps_the_last_and_scans_it_once(tmp_path):
         with pytest.raises(rocksmash.InvalidArgumentError, match="max_key_size"):
             db.write(bad)
         assert db.get(b"ok") is None
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.prestarts = 0
+
+    def prestart(self) -> bool:
+        self.prestarts += 1
+        return True
+
+
+def test_a_memtable_a_quarter_full_starts_the_worker_that_will_flush_it(tmp_path):
+    """The flush worker starts while the memtable fills (once per memtable), not when it
+    is sealed, so the flush does not begin with the interpreter's start-up."""
+    db = rocksmash.open(str(tmp_path / "db"), memtable_size="1MiB")
+    try:
+        if db._pool is None:
+            pytest.skip("no worker processes on this platform")
+        rec = _Recorder()
+        real, db._pool = db._pool, rec  # type: ignore[assignment]
+        try:
+            value = b"v" * 1000
+            quarter = (1 << 20) // 4
+            n = 0
+            while db._mem.size + 1200 < quarter:
+                db.put(b"k%06d" % n, value)
+                n += 1
+            assert rec.prestarts == 0
+            for _ in range(50):  # past the quarter, still in the first memtable
+                db.put(b"k%06d" % n, value)
+                n += 1
+            assert rec.prestarts == 1
+            assert db._imm == [] and db._mem.size < 1 << 20
+        finally:
+            db._pool = real
+    finally:
+        db.close()
