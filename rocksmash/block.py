@@ -351,6 +351,8 @@ def _starts(parts: Sequence[bytes], width: int | None) -> bytes:
     every part has that length (the offsets come from a cache instead of a sum)."""
     if width is None:
         return _le(array("I", accumulate(map(len, parts), initial=0)))
+    if not width:  # (all empty: every offset is 0)
+        return bytes(4 * (len(parts) + 1))
     return _fixed_shape(width, len(parts))[0]
 
 
