@@ -276,7 +276,8 @@ class WorkerPool:
         need a flush), so that job does not wait for the interpreter and its imports
         (about 0.2 s of CPU, more on a busy machine). Does nothing if an idle worker has
         a process already or every worker is busy; True if it started one. The worker
-        is idle meanwhile: the reaper stops it after ``idle_exit`` if no job comes."""
+        is idle meanwhile: the reaper stops it after ``idle_exit`` if no job comes. A
+        process that cannot start (``OSError``) is not an error here: False."""
         with self._cv:
             if any(w.pid is not None for w in self._idle):
                 return False
@@ -290,6 +291,8 @@ class WorkerPool:
                 return False
         try:
             w.start()
+        except OSError:
+            return False  # (no process: the job's own start reports what is wrong)
         finally:
             with self._cv:
                 self._idle.append(w)

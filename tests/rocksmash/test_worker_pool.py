@@ -99,3 +99,23 @@ def test_a_prestart_with_every_worker_busy_does_nothing():
         with pool._cv:
             pool._idle.append(busy)
         pool.stop()
+
+
+def test_a_prestart_that_cannot_start_a_process_returns_false_and_the_pool_still_works(
+        monkeypatch):
+    from rocksmash import worker
+
+    pool = WorkerPool(1)
+    real = worker.WorkerProcess._start
+
+    def fail(self):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(worker.WorkerProcess, "_start", fail)
+    try:
+        assert pool.prestart() is False
+        assert pool.pids == []
+        monkeypatch.setattr(worker.WorkerProcess, "_start", real)
+        assert pool.call("loaded_modules", names=["rocksmash.jobs"]) == ["rocksmash.jobs"]
+    finally:
+        pool.stop()
