@@ -590,7 +590,16 @@ class CloudTier:
 
     def delete_wal(self, numbers: list[int]) -> list[int]:
         """Delete WAL data objects (best effort, several at once: a delete costs a round
-        trip); return the numbers deleted."""
+        trip); return the numbers deleted.
+
+        The one this writer shipped last (``wal_next - 1``) is kept, whatever the caller
+        asks: the highest number a writer has used must stay in the bucket until a newer
+        writer's fence is above it. Else a new writer, which puts its fence at the highest
+        number it lists plus one, would take a freed number *below* this writer's next,
+        and this writer's next shipment would succeed above the fence: acknowledged, and
+        never read by the new writer (CI, 2026-12-02). A newer writer deletes it later.
+        """
+        numbers = [n for n in numbers if n != self.wal_next - 1]
         def one(n: int) -> int | None:
             try:
                 self.store.delete(wal_key(n))

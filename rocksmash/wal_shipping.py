@@ -287,15 +287,13 @@ class WalShipper:
             seg.shipped = end
             seg.retry_end = None
             self._position = (w.number, end)
-            covered = w.number < self._covered_below
-            if not covered:
-                self.objects[n] = w.number
+            # (One retired while it was in flight is deleted by the next collect, once it is
+            # no longer this writer's last: CloudTier.delete_wal.)
+            self.objects[n] = w.number
             self._shipped_objects += 1
             self._shipped_bytes += len(data)
             self._unshipped_since = None
             self._cv.notify_all()
-        if covered:  # retired while it was in flight: not needed, and no one else knows it
-            self._cloud.delete_wal([n])
 
     def covered(self, log_number: int) -> list[int]:
         """A published mirror has every write of the segments before ``log_number`` in

@@ -247,7 +247,9 @@ def test_fences_are_kept_and_old_wal_objects_go(tmp_path):
     def settled(db) -> bool:  # all shipped, all flushed tables published, all retired
         cloud = db.stats()["cloud"]
         ship = cloud["wal_shipping"]
-        return not (ship["lag_bytes"] or ship["objects_in_bucket"] or cloud["publish_pending"])
+        # (A writer keeps the last object it shipped: CloudTier.delete_wal.)
+        return not (ship["lag_bytes"] or ship["objects_in_bucket"] > 1
+                    or cloud["publish_pending"])
 
     for _ in range(3):
         with rocksmash.open(tmp_path / "a", object_store=url, **SMALL) as db:
@@ -257,7 +259,36 @@ def test_fences_are_kept_and_old_wal_objects_go(tmp_path):
             wait_for(lambda: settled(db), "the flushed segments' WAL objects to be deleted")
     kinds = [WalObject.decode(int(i.key[len(WALS):]), store.get(i.key)).kind
              for i in store.list(WALS)]
-    assert kinds == ["fence"] * 3
+    assert kinds == ["fence", "fence", "fence", "records"]  # the last writer's last one
+
+
+def test_a_writer_whose_wal_objects_were_deleted_is_still_fenced(tmp_path):
+    """A writer's flushed WAL objects are deleted, then a second writer opens: its fence
+    must be above every number the first has used, so that the first's next sync write
+    fails instead of landing above the fence, acknowledged and never read (CI,
+    2026-12-02: the fence took a freed number and the new writer's own shipment failed)."""
+    url = f"file://{tmp_path}/bucket/db"
+    a = rocksmash.open(tmp_path / "a", object_store=url, wal_shipping="sync", **SMALL)
+    try:
+        for i in range(5):  # one WAL object each
+            a.put(b"a%d" % i, b"1", sync=True)
+        a.flush()
+
+        def deleted() -> bool:
+            cloud = a.stats()["cloud"]
+            return not cloud["publish_pending"] and cloud["wal_shipping"]["objects_in_bucket"] <= 1
+
+        wait_for(deleted, "the flushed segment's WAL objects to be deleted")
+        with rocksmash.open(tmp_path / "b", object_store=url, wal_shipping="sync",
+                            **SMALL) as b:
+            with pytest.raises(FencedError):
+                a.put(b"late", b"2", sync=True)
+            b.put(b"b", b"3", sync=True)
+            b.flush()
+            assert [b.get(b"a%d" % i) for i in range(5)] == [b"1"] * 5
+            assert b.get(b"late") is None
+    finally:
+        a.close()
 
 
 # ------------------------------------------------------------------ store failures
