@@ -255,8 +255,8 @@ class DB:
         self._pool = shared_pool() if workers else None
         #: Writes call _make_room once the memtable reaches this many bytes: a quarter
         #: of memtable_size (it then starts the worker that will flush the memtable),
-        #: then memtable_size (it seals the memtable).
-        self._room_at = self._memtable_size // 4 if self._pool is not None else self._memtable_size
+        #: then memtable_size (it seals the memtable). Reset for each new memtable.
+        self._room_at = self._first_room_at()
         self._stats: dict[str, Any] = {
             "flushes": 0, "compactions": 0, "trivial_moves": 0, "flush_bytes": 0,
             "compaction_bytes_read": 0, "compaction_bytes_written": 0, "stall_seconds": 0.0,
@@ -542,6 +542,10 @@ class DB:
             if self._pool is not None:
                 self._pool.prestart()
 
+    def _first_room_at(self) -> int:
+        """A new memtable's first _make_room point (see ``_room_at``)."""
+        return self._memtable_size // 4 if self._pool is not None else self._memtable_size
+
     def _closed_error(self) -> ClosedError:
         if self._forked:
             return ClosedError("this database was opened by the parent process; a child "
@@ -586,7 +590,7 @@ class DB:
         self._mem.last_seq = self._seq
         self._imm = [self._mem] + self._imm  # publish the sealed one before replacing it
         self._mem = Memtable(seg, table)
-        self._room_at = self._memtable_size // 4 if self._pool is not None else self._memtable_size
+        self._room_at = self._first_room_at()
         self._update_stall()
         self._cv.notify_all()
 

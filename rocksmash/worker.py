@@ -151,15 +151,18 @@ class WorkerProcess:
         """Start the process now if it is not running (it then imports what jobs need
         while the caller goes on), so the next :meth:`call` does not wait for that."""
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
+            self._running_locked()
+
+    def _running_locked(self) -> subprocess.Popen[bytes]:
+        """The running process, started first if there is none or it has exited."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        return self._proc
 
     def call(self, job: str, **kwargs: Any) -> Any:
         with self._lock:
             self.killed = False
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-            proc = self._proc
+            proc = self._running_locked()
             assert proc.stdin is not None and proc.stdout is not None
             try:
                 _write_request(proc.stdin, job, kwargs)
