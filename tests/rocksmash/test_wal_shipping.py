@@ -152,7 +152,15 @@ _ops = st.lists(st.one_of(
     st.tuples(st.just("compact"), st.none(), st.none()),
     st.tuples(st.just("lose_disk"), st.none(), st.none()),
     st.tuples(st.just("crash"), st.none(), st.none()),
+    st.tuples(st.just("takeover"), st.none(), st.none()),
 ), min_size=1, max_size=60)
+
+
+def _wal_objects_retired(db) -> bool:
+    """The last publish is done and the WAL objects it covers are deleted (all but the
+    writer's last one: CloudTier.delete_wal)."""
+    cloud = db.stats()["cloud"]
+    return not cloud["publish_pending"] and cloud["wal_shipping"]["objects_in_bucket"] <= 1
 
 
 @settings(max_examples=25, deadline=None,
@@ -160,8 +168,11 @@ _ops = st.lists(st.one_of(
 @given(ops_=_ops, mode=st.sampled_from(["sync", "interval", "sealed"]))
 def test_model_rebuild_from_the_bucket(tmp_path, ops_, mode):
     """Random writes, flushes and compactions; "lose_disk" closes the writer (which ships
-    everything) and deletes its directory; "crash" reopens on the same directory. After
-    each, the database equals the model."""
+    everything) and deletes its directory; "crash" reopens on the same directory;
+    "takeover" (sync only: the other modes may lose the old writer's last writes, as
+    documented) flushes, waits for the flushed segments' WAL objects to go, and opens a
+    second writer from a fresh directory while the first is still open, whose next sync
+    write must then fail. After each, the database equals the model."""
     url = f"memory://ship-{uuid.uuid4().hex}"
     path = tmp_path / uuid.uuid4().hex
     opts = dict(SMALL, memtable_size="2KiB", object_store=url, wal_shipping=mode)
@@ -179,6 +190,18 @@ def test_model_rebuild_from_the_bucket(tmp_path, ops_, mode):
                 db.flush()
             elif kind == "compact":
                 db.compact_range()
+            elif kind == "takeover":
+                if mode != "sync":
+                    continue
+                db.flush()
+                wait_for(lambda: _wal_objects_retired(db), "the WAL objects to be deleted")
+                path = tmp_path / uuid.uuid4().hex
+                new = rocksmash.open(path, **opts)
+                with pytest.raises(FencedError):
+                    db.put(b"late", b"x", sync=True)  # never acknowledged
+                db.close()
+                db = new
+                assert dict(db.scan()) == model
             else:
                 db.close()
                 if kind == "lose_disk":
@@ -274,11 +297,7 @@ def test_a_writer_whose_wal_objects_were_deleted_is_still_fenced(tmp_path):
             a.put(b"a%d" % i, b"1", sync=True)
         a.flush()
 
-        def deleted() -> bool:
-            cloud = a.stats()["cloud"]
-            return not cloud["publish_pending"] and cloud["wal_shipping"]["objects_in_bucket"] <= 1
-
-        wait_for(deleted, "the flushed segment's WAL objects to be deleted")
+        wait_for(lambda: _wal_objects_retired(a), "the flushed segment's WAL objects to go")
         with rocksmash.open(tmp_path / "b", object_store=url, wal_shipping="sync",
                             **SMALL) as b:
             with pytest.raises(FencedError):
