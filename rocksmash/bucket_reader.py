@@ -94,6 +94,9 @@ class BucketReader(ReadOnlyDB):
         self._log_number = 0
         self._tables: dict[str, Table] = {}
         self._wal_objects: dict[int, WalObject] = {}  # data objects read, by number
+        #: Data objects dropped as covered by the view's tables, not to be read again
+        #: (a writer keeps its last one in the bucket: CloudTier.delete_wal).
+        self._covered: set[int] = set()
         self._applied: set[int] = set()  # of those, the ones in the memtable
         self._refresh_lock = threading.Lock()
         self._stop = threading.Event()
@@ -160,14 +163,17 @@ class BucketReader(ReadOnlyDB):
         for n in [n for n, o in self._wal_objects.items() if o.segment < self._log_number]:
             del self._wal_objects[n]
             self._applied.discard(n)
+            self._covered.add(n)
         return moved
 
     def _read_new_wal(self) -> None:
         """Read the data WAL objects not read yet."""
         cloud = self._cloud
         assert cloud is not None
-        for n in cloud.wal_numbers():
-            if n in self._wal_objects or n in cloud.wal_fences:
+        numbers = cloud.wal_numbers()
+        self._covered.intersection_update(numbers)  # (deleted ones need no memory)
+        for n in numbers:
+            if n in self._wal_objects or n in self._covered or n in cloud.wal_fences:
                 continue
             try:
                 obj = cloud.read_wal(n)

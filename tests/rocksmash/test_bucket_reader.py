@@ -75,6 +75,26 @@ def test_a_reader_follows_the_writer(tmp_path):
             assert r.stats()["reader_swaps"] >= 2
 
 
+def test_a_reader_reads_each_wal_object_once(tmp_path):
+    """The writer keeps the last WAL object it shipped even once a mirror covers it
+    (CloudTier.delete_wal); a reader that dropped it as covered must not GET it again at
+    every refresh."""
+    url = f"memory://reader-{uuid.uuid4().hex}"
+    with _writer(tmp_path, url, wal_shipping="sync") as w:
+        for i in range(5):
+            w.put(b"k%d" % i, b"v", sync=True)
+        w.flush()
+        wait_for(lambda: not w.stats()["cloud"]["publish_pending"], "the publish")
+        with _reader(tmp_path, url) as r:
+            for _ in range(5):
+                r.refresh()
+            read = r.stats()["reader_wal_objects"]
+            for _ in range(5):
+                r.refresh()
+            assert r.stats()["reader_wal_objects"] == read
+            assert [r.get(b"k%d" % i) for i in range(5)] == [b"v"] * 5
+
+
 def test_an_open_iterator_holds_the_view_and_new_writes_still_arrive(tmp_path):
     url = f"memory://reader-{uuid.uuid4().hex}"
     with _writer(tmp_path, url, wal_shipping="sync") as w:
