@@ -336,6 +336,10 @@ def run_configuration(spec: dict[str, Any], probe: Probe) -> dict[str, Any]:
                 res["phases"].append({"workload": wl, "phase": phase, "summary": summary,
                                       "counters": d, **derived(summary, d)})
         res["shape"]["end"] = _shape(session.runner, rcfg.data_dir)
+        # Why retired objects are still in the bucket at the close (rocksmash: grace, held
+        # by a reader, pinned; Publication.waiting).
+        raw = session.runner.stats().raw or {}
+        res["waiting_deletion"] = (raw.get("cloud") or {}).get("waiting_deletion")
         res["rss"]["before_close"] = rss_now()
 
     return run_session(system, rcfg, res, measure)
@@ -500,6 +504,8 @@ def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
         if before is not None and after is not None:
             result["proxy"] = {k: after[k] - before[k] for k in after}
         result["object_store_usage"] = env.usage(target)
+        if CONFIGURATIONS[name][0] == "rocksmash":
+            result["bucket_kinds"] = _bucket_kinds(target)
         env.clear(target)
         result["load_average"] = {"before": load_before, "after": metrics.load_average()}
         result["runner"] = {k: v for k, v in rcfg.to_dict().items() if k != "data_dir"}
@@ -508,6 +514,27 @@ def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
             shutil.rmtree(data_dir, ignore_errors=True)
     result["data_dir"] = str(data_dir) if plan.keep_data else None
     return result
+
+
+def _bucket_kinds(target: ObjectStoreTarget) -> dict[str, Any] | None:
+    """rocksmash's bucket prefix at the end by kind (rocksmash.bucket_usage), or None
+    with the error noted if it cannot be listed (a trial never fails on it)."""
+    import cloudtier
+    from rocksmash.bucket_usage import bucket_usage
+
+    opts: dict[str, Any] = {"region": target.region}
+    if target.endpoint_url:
+        opts["endpoint_url"] = target.endpoint_url
+    if target.access_key_id:
+        opts.update(access_key=target.access_key_id, secret_key=target.secret_access_key or "")
+    try:
+        store = cloudtier.open_store(target.url, **opts)
+        try:
+            return bucket_usage(store)
+        finally:
+            store.close()
+    except Exception as e:  # the figure is a nice-to-have next to the listed bytes
+        return {"error": repr(e)}
 
 
 def _one_line(r: dict[str, Any]) -> str:

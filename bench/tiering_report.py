@@ -155,7 +155,7 @@ def _phase_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["configuration", "load rec/s", "settle s", "local tables", "cloud tables",
               "MetaCache", "meta % of cloud", "DataCache at the end", "local disk at the end",
-              "local disk", "S3 stored", "peak RSS"]
+              "local disk", "S3 at close", "S3 kept", "peak RSS"]
     body = []
     for r in doc.get("results", []):
         s = (r.get("shape") or {}).get("after_load") or {}
@@ -170,14 +170,43 @@ def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             format_bytes(s.get("meta_cache_bytes")), "-" if pct is None else f"{pct:.2f}%",
             format_bytes(end.get("data_cache_bytes")), format_bytes(end.get("local_disk")),
             format_bytes(s.get("local_disk")),
-            format_bytes((r.get("object_store_usage") or {}).get("bytes")), format_bytes(peak),
+            format_bytes((r.get("object_store_usage") or {}).get("bytes")),
+            format_bytes(bucket_kept_bytes(r)), format_bytes(peak),
         ])
     return header, body
 
 
+#: Kinds of rocksmash.bucket_usage that leave the bucket by themselves: within
+#: retired_object_grace of their retirement once no reader holds them, or at the next
+#: open. What the bucket holds at the close is therefore not what a month costs.
+_TRANSIENT_KINDS = ("retired_tables", "unnamed_tables")
+
+
+def bucket_kept_bytes(r: dict[str, Any]) -> int | None:
+    """The bucket bytes a configuration keeps paying for: its prefix at the close minus
+    the retired tables still in their grace (rocksmash's breakdown, ``bucket_kinds``).
+    Without a breakdown (SlateDB, or a listing that failed), the prefix at the close."""
+    kinds = (r.get("bucket_kinds") or {}).get("kinds")
+    if not kinds:
+        return (r.get("object_store_usage") or {}).get("bytes")
+    return int(sum(k["bytes"] for name, k in kinds.items() if name not in _TRANSIENT_KINDS))
+
+
+def _bucket_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """rocksmash's bucket at the close by kind (rocksmash.bucket_usage): bytes (objects)."""
+    rows = [(r["name"], r["bucket_kinds"]) for r in doc.get("results", [])
+            if (r.get("bucket_kinds") or {}).get("kinds")]
+    kinds = [k for k in next(iter(rows), ("", {"kinds": {}}))[1]["kinds"]
+             if any(u["kinds"][k]["objects"] for _, u in rows)]
+    body = [[name] + [f"{format_bytes(u['kinds'][k]['bytes'])} ({u['kinds'][k]['objects']})"
+                      for k in kinds] + [format_bytes(u["bytes"])] for name, u in rows]
+    return ["configuration"] + kinds + ["total"], body
+
+
 def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Monthly cost per (workload, phase, configuration): the configuration's local disk
-    at the end (SSD at ``--ssd-price``), its bucket bytes, and the phase's object-store
+    at the end (SSD at ``--ssd-price``), the bucket bytes it keeps (:func:`bucket_kept_bytes`),
+    and the phase's object-store
     requests continued at the phase's rate (its throughput) for a month; ``x_local``
     against all-local in the same phase. GETs are priced as GETs, every other request
     of a read phase as a PUT (an upper bound: they are HEADs and LISTs if any)."""
@@ -196,7 +225,7 @@ def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 if not p or not seconds:
                     continue
                 end = (r.get("shape") or {}).get("end") or {}  # type: ignore[union-attr]
-                obj = (r.get("object_store_usage") or {}).get("bytes")  # type: ignore[union-attr]
+                obj = bucket_kept_bytes(r)  # type: ignore[arg-type]
                 local_usd, object_usd = storage_usd_month(end.get("local_disk"), obj, ssd)
                 c = p.get("counters") or {}
                 gets = int(c.get("gets") or 0)
@@ -218,7 +247,7 @@ def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def _cost_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     from bench.costs import usd
 
-    header = ["wl", "phase", "configuration", "ops/s", "local SSD", "object storage",
+    header = ["wl", "phase", "configuration", "ops/s", "local SSD", "object storage (kept)",
               "requests", "total / month", "x all-local"]
     body = [[r["workload"].upper(), r["phase"], r["configuration"],
              format_count(r["throughput"]),
@@ -275,6 +304,9 @@ def render_tables(doc: dict[str, Any]) -> str:
     out = [_text_table(*_phase_table(doc), left=3), ""]
     header, body = _shape_table(doc)
     out += [_text_table(header, body, left=1), ""]
+    header, body = _bucket_table(doc)
+    if body:
+        out += ["rocksmash's bucket at the close, by kind:", _text_table(header, body, left=1), ""]
     header, body = _compaction_table(doc)
     if body:
         out += [_text_table(header[:-1], [b[:-1] for b in body], left=2), ""]
@@ -324,9 +356,19 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += ["## Where the bytes are (after load and settle)", "",
               "Local and cloud table bytes and the MetaCache are rocksmash's own `stats()`; local "
               "disk is everything in the data directory (caches included); the DataCache and "
-              "local disk are also shown at the end of the run (the local footprint); S3 stored "
-              "is the configuration's bucket prefix at the end, listed directly.", "",
+              "local disk are also shown at the end of the run (the local footprint); S3 at "
+              "close is the configuration's bucket prefix after it closed, listed directly; S3 "
+              "kept is that minus rocksmash's retired tables still in their "
+              "`retired_object_grace` (60 s), which leave by themselves (SlateDB: the prefix at "
+              "close, not classified).", "",
               _md(*_shape_table(doc)), ""]
+    header, body = _bucket_table(doc)
+    if body:
+        lines += ["## rocksmash's bucket at the close, by kind", "",
+                  "Every object of the prefix classified against the newest mirror "
+                  "(`rocksmash du`, docs/cloud.md): bytes (objects). `retired_tables` and "
+                  "`unnamed_tables` are in their grace (or wait for the next open) and are not "
+                  "in S3 kept.", "", _md(header, body), ""]
     header, body = _compaction_table(doc)
     if body:
         lines += ["## Rewrite and full compaction", "", _md(header, body), ""]
@@ -337,7 +379,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ssd = float(cfg.get("ssd_usd_gb_month") or DEFAULT_SSD_USD_GB_MONTH)
         lines += ["## Monthly cost", "",
                   f"Local disk at the end at ${ssd:g}/GiB-month (`--ssd-price`), the bucket "
-                  f"at ${prices.storage_gb_month:g}/GiB-month, and the phase's object-store "
+                  f"it keeps (S3 kept above) at ${prices.storage_gb_month:g}/GiB-month, and the phase's object-store "
                   f"requests ({prices.name}: ${prices.get_per_1000:g} per 1,000 GETs, "
                   f"${prices.put_per_1000:g} per 1,000 others) continued at the phase's "
                   "throughput for a 730-hour month. `x all-local`: against the same data "

@@ -109,6 +109,14 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("release", parents=[common],
                    help="delete the tiered checkpoint PATH: release its pin in the bucket, "
                    "then delete the directory (needs --object-store: the source's)")
+    p = sub.add_parser("du", help="what a tiered database's bucket prefix holds, by kind "
+                       "(live cloud tables, backups, retired tables, WAL objects, fences, "
+                       "mirrors, epochs, pins); reads only, needs no database directory")
+    p.add_argument("object_store", metavar="URL", help="the database's object store prefix")
+    p.add_argument("--object-store-option", metavar="KEY=VALUE", type=_store_option,
+                   action="append", default=[], help="an option for the object store "
+                   "(repeatable)")
+    p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
     sub.add_parser("restore", parents=[common],
                    help="rebuild a lost local directory from the object store (PATH must "
                    "not hold a database; needs --object-store)")
@@ -121,6 +129,8 @@ _READS = ("stats", "get", "scan", "check")
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "du":
+        return _du(args)
     opts: dict[str, Any] = {"create_if_missing": args.cmd in ("put", "restore")}
     if args.cmd in _READS and (not args.object_store or is_tiered_checkpoint(args.path)):
         # A point-in-time view that takes no lock: works beside a running writer.
@@ -191,6 +201,28 @@ def _restore(args: argparse.Namespace, opts: dict[str, Any]) -> int:
           f"{s.get('restored_wal_segments', 0)} WAL segments "
           f"({s.get('restored_wal_bytes', 0)} bytes) replayed, last sequence {s['sequence']}, "
           f"in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def _du(args: argparse.Namespace) -> int:
+    """``rocksmash du``: classify the prefix's objects (bucket_usage.py)."""
+    import cloudtier
+
+    from .bucket_usage import bucket_usage, format_usage
+
+    try:
+        store = cloudtier.open_store(args.object_store, **dict(args.object_store_option))
+    except (ValueError, TypeError, cloudtier.StoreError) as e:
+        print(f"rocksmash: du: {e}", file=sys.stderr)
+        return 2
+    try:
+        u = bucket_usage(store)
+    except Error as e:
+        print(f"rocksmash: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+    finally:
+        store.close()
+    print(json.dumps(u, indent=2) if args.json else format_usage(u))
     return 0
 
 

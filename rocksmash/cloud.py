@@ -36,9 +36,11 @@ last sequence number, the next file number, and its ``generation``. The local ma
 behind by a writer that was since replaced is detected: the mirror's epoch is newer) and
 the generation of each cloud-touching edit (a mirror newer than the local manifest means a
 manifest record was lost). Old generations are deleted as new ones are published, keeping
-the last few. Epoch objects are never deleted (one small object per open): a writer that
-was fenced long ago must still find ``epochs/<E+1>``, and deleting old epochs in order
-cannot be made reliable with best-effort deletes.
+the last few; one whose delete failed is tried again at the next publish, and a new writer
+learns the old ones from the listing it opens with, so none is left for good. Epoch
+objects are never deleted (one small object per open): a writer that was fenced long ago
+must still find ``epochs/<E+1>``, and deleting old epochs in order cannot be made reliable
+with best-effort deletes.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ WALS = "wal/"
 #: Mirror generations kept besides the newest (a reader that listed just before a publish
 #: can still fetch what it listed).
 KEEP_MIRRORS = 4
+#: Most old mirror generations one publish deletes (normally one; more while catching up
+#: after failed deletes, a few at a time so that no publish is held up for long).
+_MIRROR_DELETES = 8
 #: Creates a new writer tries while claiming its WAL fence before it gives up (each miss
 #: is a number an old writer shipped meanwhile; see CloudTier.claim_wal_fence).
 _FENCE_CLIMB = 1000
@@ -259,6 +264,9 @@ class CloudTier:
         #: The database's identity, once claim_epoch has run.
         self.db_id: str | None = None
         self.generation = 0
+        #: Mirror generations in the store that are not deleted yet, ascending (from the
+        #: listing at load_mirror, then each publish); the oldest go as newer ones come.
+        self._mirrors: list[int] = []
         #: The number the next shipped WAL object gets (set by claim_wal_fence).
         self.wal_next = 0
         #: Every writer's WAL fence (kept in the mirror; fences are never deleted).
@@ -307,13 +315,17 @@ class CloudTier:
 
     def _latest(self, prefix: str) -> int:
         """The highest number under ``prefix`` (0 if none)."""
-        latest = 0
+        return max(self._numbers(prefix), default=0)
+
+    def _numbers(self, prefix: str) -> list[int]:
+        """Every number under ``prefix``, ascending."""
+        out = []
         for info in self.store.list(prefix):
             try:
-                latest = max(latest, int(info.key[len(prefix):]))
+                out.append(int(info.key[len(prefix):]))
             except ValueError:
                 raise CorruptionError(f"object store: unexpected object {info.key!r}") from None
-        return latest
+        return sorted(out)
 
     def _read(self, key: str, what: str, formats: tuple[int, ...] = (CLOUD_OBJECT_FORMAT,)
               ) -> dict[str, Any]:
@@ -372,9 +384,10 @@ class CloudTier:
     def load_mirror(self) -> dict[str, Any] | None:
         """The newest mirror, or None if the prefix holds no database."""
         try:
-            gen = self._latest(MIRRORS)
-            if not gen:
+            gens = self._numbers(MIRRORS)
+            if not gens:
                 return None
+            gen = gens[-1]
             mirror = self._read(mirror_key(gen), "manifest mirror", MIRROR_FORMATS)
         except NotFoundError:  # deleted between the listing and the read: a newer one exists
             return self.load_mirror()
@@ -392,6 +405,7 @@ class CloudTier:
                 f"the object store prefix's manifest mirror belongs to another database "
                 f"(id {mirror.get('db_id')}) than this one (id {self.db_id})")
         self.generation = gen
+        self._mirrors = gens
         return mirror
 
     def publish_mirror(self, files: list[tuple[int, FileMeta]], *, num_levels: int,
@@ -431,13 +445,23 @@ class CloudTier:
                 self._unknown_body = body
                 raise store_errors("publishing the manifest mirror", e) from e
             self.generation = gen
-            if gen > KEEP_MIRRORS + 1:
-                try:  # best effort: a leftover is deleted with the next one
-                    for old in range(max(1, gen - KEEP_MIRRORS - 2), gen - KEEP_MIRRORS):
-                        self.store.delete(mirror_key(old))
-                except StoreError:
-                    pass
+            self._mirrors.append(gen)
+            self._delete_old_mirrors()
             return gen
+
+    def _delete_old_mirrors(self) -> None:
+        """Delete the generations older than the newest KEEP_MIRRORS + 1, oldest first, up
+        to _MIRROR_DELETES of them. Best effort: one whose delete fails stays in
+        ``_mirrors`` and is tried again at the next publish (issue 16: a leftover used to
+        be retried only once, so two failed deletes in a row left a mirror for good)."""
+        for _ in range(_MIRROR_DELETES):
+            if len(self._mirrors) <= KEEP_MIRRORS + 1:
+                return
+            try:
+                self.store.delete(mirror_key(self._mirrors[0]))
+            except StoreError:
+                return
+            del self._mirrors[0]
 
     def _lost_publish(self, gen: int) -> FencedError:
         """The error for a mirror generation that someone else created first."""
@@ -465,6 +489,7 @@ class CloudTier:
         try:
             if self.store.get(mirror_key(self.generation + 1)) == body:
                 self.generation += 1
+                self._mirrors.append(self.generation)
         except NotFoundError:
             pass
         except StoreError:

@@ -1493,6 +1493,7 @@ class DB:
                     "footprint": self._footprint(),
                     "object_store": self._cloud.traffic(),
                     "objects_waiting_deletion": len(self._pub.dead),  # type: ignore[union-attr]
+                    "waiting_deletion": self._pub.waiting(),  # type: ignore[union-attr]
                     "backed_up_tables": len(self._pub.backups),  # type: ignore[union-attr]
                     # local tables made since the last publish (WAL shipping on)
                     "publish_pending": self._backup_wanted and self._shipping != "off",

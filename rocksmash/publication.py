@@ -8,10 +8,16 @@ hold every later write (decision 0006). It then deletes what only older mirrors 
 
 - objects of retired cloud tables, once no reader holds their table (an open iterator
   may still read an old version);
-- backups of local tables that left the version, after the next publish;
+- backups of local tables that left the version, once a mirror without them is published
+  (a compaction that touches the cloud publishes before it retires its inputs; the others
+  wait for the next publish);
 
 both no sooner than ``retired_object_grace`` after they left the version, so that readers
-of the bucket on an older mirror (bucket_reader.py) can finish what they read;
+of the bucket on an older mirror (bucket_reader.py) can finish what they read, and no
+later than about a second after that and after their last reader let go: a collector
+thread deletes them then, so an idle database does not keep paying for them (issue 16:
+before, they waited for the next compaction or the close, and a read-only database held
+its last compaction's inputs, about the whole data set, for as long as it ran);
 - WAL objects of segments below the published ``log_number``;
 - at open, after the first publish, every table object no version names (a crashed
   compaction's uploads, a fenced writer's).
@@ -22,6 +28,7 @@ Objects a pin names (a tiered checkpoint's tables: pins.py) are never deleted.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -38,6 +45,16 @@ if TYPE_CHECKING:
     from .wal_shipping import WalShipper
 
 __all__ = ["Publication"]
+
+
+#: How often the collector looks again at a dead object that is past its grace but still
+#: held by a reader (a local check, no request).
+_HELD_POLL = 1.0
+#: How long after a failed delete the collector tries it again.
+_RETRY_AFTER = 5.0
+#: The longest a close waits for the collector's round of deletes (each one is bounded
+#: by the store's retries already).
+_STOP_TIMEOUT = 30.0
 
 
 def _no_reader() -> None:
@@ -64,11 +81,19 @@ class Publication:
         self.shipper: WalShipper | None = None
         #: Local tables with a backup object: number -> the epoch in its key.
         self.backups: dict[int, int] = {}
-        #: Backups of tables no longer live: (key, number), deleted after the next publish.
+        #: Backups of tables no longer live that the newest mirror still names: (key,
+        #: number), dead after the next publish.
         self._retired_backups: list[tuple[str, int]] = []
+        #: Numbers of the local tables whose backups the newest mirror names.
+        self._named_backups: set[int] = set()
         #: Objects to delete once nothing reads them and their grace is over: (key, table
-        #: number, weakref to the reader, monotonic time from which it may go).
+        #: number, weakref to the reader, monotonic time from which it may go). Guarded
+        #: by ``_cv``: the collector thread takes entries out while compactions add some.
         self.dead: list[tuple[str, int, Callable[[], Any], float]] = []
+        self._cv = threading.Condition()
+        #: Deletes ``dead`` entries when they are due (started with the first one).
+        self._collector: threading.Thread | None = None
+        self._stopped = False
         #: WAL objects of segments below this are named by no mirror any more.
         self._wal_below = 0
         #: Object keys that pins name, as of this open plus this writer's own pins: kept
@@ -84,9 +109,10 @@ class Publication:
         self.cloud.publish_mirror(files, num_levels=v.num_levels, last_seq=last_seq,
                                   next_file=next_file,
                                   log_number=log_number if self.backups_on else None)
+        self._named_backups = {f.number for _, f in files if f.tier == LOCAL}
         retired, self._retired_backups = self._retired_backups, []
         after = time.monotonic() + self._grace
-        self.dead += [(key, n, _no_reader, after) for key, n in retired]
+        self._bury([(key, n, _no_reader, after) for key, n in retired])
         if self.backups_on:
             self._wal_below = log_number
 
@@ -130,16 +156,24 @@ class Publication:
     def retire(self, f: FileMeta) -> None:
         """``f`` left the version. A cloud table's object goes once no reader holds it (its
         cached blocks go now: a straggling reader can fetch again); a local table's
-        backup goes after the next publish."""
+        backup goes after the next publish if the newest mirror names it, else like a
+        cloud table's object (after the grace)."""
         if f.tier == CLOUD:
             self._dc.drop_table(f.number)
             self._mc.delete(f.number)  # (a reader holding the table has its metadata)
-            self.dead.append((f.object_key, f.number, weakref.ref(f.table),
-                              time.monotonic() + self._grace))
+            self._bury([(f.object_key, f.number, weakref.ref(f.table),
+                         time.monotonic() + self._grace)])
             return
         epoch = self.backups.pop(f.number, None)
-        if epoch is not None:
+        if epoch is None:
+            return
+        if f.number in self._named_backups:
             self._retired_backups.append((_key(f.number, epoch), f.number))
+        else:  # the newest mirror does not name it (published without it already, as a
+            # compaction that touches the cloud does before it retires its inputs): it
+            # must not wait for a publish that may never come (issue 16)
+            self._bury([(_key(f.number, epoch), f.number, _no_reader,
+                         time.monotonic() + self._grace)])
 
     def pin(self, pin: str, keys: list[str], checkpoint: str) -> None:
         """Keep ``keys`` alive for checkpoint ``pin``: from now on in this writer, and in
@@ -150,30 +184,99 @@ class Publication:
 
     def collect(self, force: bool = False) -> None:
         """Delete what no mirror names any more: dead objects past their grace that no
-        reader holds (with ``force``, held ones too: the database is closing), and WAL
-        objects of segments in tables."""
+        reader holds, and WAL objects of segments in tables. ``force``: the database is
+        closing: the collector thread stops, and held objects go too."""
+        if force:
+            self._stop_collector()
         shipper = self.shipper
         if shipper is not None and self._wal_below:
             old = shipper.covered(self._wal_below)
             if old:
                 shipper.forget(self.cloud.delete_wal(old))
-        keep = []
+        self._collect_dead(force)
+
+    def _bury(self, entries: list[tuple[str, int, Callable[[], Any], float]]) -> None:
+        """Add ``entries`` to :attr:`dead`, and have the collector delete them when due."""
+        if not entries:
+            return
+        with self._cv:
+            self.dead += entries
+            if self._collector is None and not self._stopped:
+                self._collector = threading.Thread(target=self._collect_loop, daemon=True,
+                                                   name="rocksmash-collector")
+                self._collector.start()
+            self._cv.notify_all()
+
+    def _collect_dead(self, force: bool) -> None:
+        """Delete the dead objects that are due (see :meth:`collect`). Entries are taken
+        out under the lock and deleted outside it; a failed delete is tried again
+        ``_RETRY_AFTER`` later."""
         now = time.monotonic()
-        for entry in self.dead:
-            key, number, ref, after = entry
-            if key in self.pinned:
-                continue  # a checkpoint's: the open after its release deletes it
-            if now >= after and (force or ref() is None):
-                try:
-                    self.cloud.delete(key)
-                except Error:
-                    keep.append(entry)  # retry later
-                    continue
-                self._dc.drop_table(number)
-                self._mc.delete(number)
-            else:
-                keep.append(entry)
-        self.dead = keep
+        with self._cv:
+            due = [e for e in self.dead
+                   if e[0] not in self.pinned and now >= e[3] and (force or e[2]() is None)]
+            if not due:
+                return
+            taken = set(map(id, due))
+            self.dead = [e for e in self.dead if id(e) not in taken]
+        failed = []
+        for key, number, ref, _ in due:
+            try:
+                self.cloud.delete(key)
+            except Error:
+                failed.append((key, number, ref, time.monotonic() + _RETRY_AFTER))
+                continue
+            self._dc.drop_table(number)
+            self._mc.delete(number)
+        with self._cv:
+            self.dead += failed
+
+    def waiting(self) -> dict[str, int]:
+        """The dead objects not deleted yet, by why: ``grace`` (in their
+        ``retired_object_grace``), ``held`` (past it, a reader still holds the table),
+        ``pinned`` (a checkpoint's), ``due`` (about to go, or a failed delete to retry),
+        ``publish`` (backups the newest mirror still names: dead after the next publish)."""
+        now = time.monotonic()
+        out = {"grace": 0, "held": 0, "pinned": 0, "due": 0,
+               "publish": len(self._retired_backups)}
+        with self._cv:
+            for key, _, ref, after in self.dead:
+                why = ("pinned" if key in self.pinned else "grace" if now < after
+                       else "held" if ref() is not None else "due")
+                out[why] += 1
+        return out
+
+    def _next_due(self) -> float | None:
+        """Seconds until the collector should look again (None: not until woken). A
+        pinned object waits for the open after its release, not for the collector."""
+        now = time.monotonic()
+        waits = [max(after - now, 0.0 if ref() is None else _HELD_POLL)
+                 for key, _, ref, after in self.dead if key not in self.pinned]
+        return min(waits) if waits else None
+
+    def _collect_loop(self) -> None:
+        while True:
+            with self._cv:
+                if not self._stopped:
+                    self._cv.wait(self._next_due())
+                if self._stopped:
+                    return
+            try:
+                self._collect_dead(False)
+            except Exception as e:  # (a delete's own failure is retried in _collect_dead)
+                self._stats["collector_errors"] = self._stats.get("collector_errors", 0) + 1
+                self._stats["last_collector_error"] = repr(e)
+                with self._cv:  # do not spin on an error that repeats
+                    self._cv.wait(_RETRY_AFTER)
+
+    def _stop_collector(self) -> None:
+        """Stop the collector thread (bounded: at most one round of deletes)."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+            t = self._collector
+        if t is not None and t is not threading.current_thread():
+            t.join(_STOP_TIMEOUT)
 
     def collect_garbage(self, v: Version) -> None:
         """Delete table objects ``v`` does not name and no pin names. Only after this

@@ -224,3 +224,35 @@ def test_tiering_end_to_end_on_the_local_s3_server(tmp_path: Path, capsys) -> No
 
 
 _PHASES = ("before", "after")
+
+
+def test_report_prices_the_bucket_rocksmash_keeps_not_its_grace() -> None:
+    """Issue 16: the tables a run's last compaction retired are still in their grace at the
+    close; they leave by themselves, so the monthly cost leaves them out and says so."""
+    mib = 1 << 20
+
+    def kinds(**mibs: int) -> dict:
+        from rocksmash.bucket_usage import KINDS
+
+        k = {name: {"objects": 0, "bytes": 0} for name in KINDS}
+        for name, n in mibs.items():
+            k[name] = {"objects": 1, "bytes": n * mib}
+        return {"objects": len(mibs), "bytes": sum(mibs.values()) * mib, "kinds": k,
+                "generation": 9, "keys": {}}
+
+    phase = {"workload": "c", "phase": "after", "throughput": 100.0,
+             "summary": {"seconds": 60.0}, "counters": {"gets": 0, "requests": 0}}
+    tiered = {"name": "tiered", "status": "ok", "phases": [phase], "shape": {"end": {"local_disk": 0}},
+              "object_store_usage": {"bytes": 60 * mib},
+              "bucket_kinds": kinds(cloud_tables=17, retired_tables=38, wal_covered=2, epochs=0)}
+    slate = {"name": "slatedb", "status": "ok", "phases": [phase], "shape": {"end": {"local_disk": 0}},
+             "object_store_usage": {"bytes": 50 * mib}}
+    doc = {"workloads": ["c"], "configurations": ["tiered", "slatedb"], "config": {},
+           "results": [tiered, slate]}
+    rows = {r["configuration"]: r for r in cost_rows(doc)}
+    assert rows["tiered"]["object_bytes"] == 19 * mib  # 17 + 2 (+ 0): not the 38 in grace
+    assert rows["slatedb"]["object_bytes"] == 50 * mib  # no breakdown: the prefix at close
+    md = render_markdown(doc)
+    assert "## rocksmash's bucket at the close, by kind" in md
+    assert "| tiered | 17.0 MiB (1) | 38.0 MiB (1) | 2.0 MiB (1) | 0 B (1) |" in md
+    assert "| 60.0 MiB | 19.0 MiB |" in md  # S3 at close, S3 kept
