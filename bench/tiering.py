@@ -522,13 +522,8 @@ def _bucket_kinds(target: ObjectStoreTarget) -> dict[str, Any] | None:
     import cloudtier
     from rocksmash.bucket_usage import bucket_usage
 
-    opts: dict[str, Any] = {"region": target.region}
-    if target.endpoint_url:
-        opts["endpoint_url"] = target.endpoint_url
-    if target.access_key_id:
-        opts.update(access_key=target.access_key_id, secret_key=target.secret_access_key or "")
     try:
-        store = cloudtier.open_store(target.url, **opts)
+        store = cloudtier.open_store(target.url, **target.store_options())
         try:
             return bucket_usage(store)
         finally:

@@ -41,7 +41,7 @@ from typing import Any
 from cloudtier import NotFoundError, ObjectStore, StoreError
 
 from .cloud import (EPOCHS, KEEP_MIRRORS, MIRROR_FORMATS, MIRRORS, WALS, CloudTier,
-                    decode_object, store_errors)
+                    decode_object, mirror_key, store_errors)
 from .errors import CorruptionError
 from .formats import WAL_OBJECT_FORMAT
 from .log_format import HEADER_SIZE
@@ -80,8 +80,7 @@ def _usage(store: ObjectStore) -> dict[str, Any]:
     mirrors = []
     for gen in reversed(gens[-(KEEP_MIRRORS + 1):]):
         try:
-            mirrors.append(decode_object(store.get(f"{MIRRORS}{gen:020d}"), "manifest mirror",
-                                         MIRROR_FORMATS))
+            mirrors.append(decode_object(store.get(mirror_key(gen)), "manifest mirror", MIRROR_FORMATS))
         except NotFoundError:  # deleted since the listing by a writer's publish
             continue
     newest = mirrors[0] if mirrors else {}
@@ -129,7 +128,7 @@ def _kind(store: ObjectStore, key: str, now_live: dict[str, int], older: set[str
             return "wal_fences"
         return "wal_records" if int(header["segment"]) >= log_number else "wal_covered"
     if key.startswith(MIRRORS):
-        return "mirror" if gens and key == f"{MIRRORS}{gens[-1]:020d}" else "old_mirrors"
+        return "mirror" if gens and key == mirror_key(gens[-1]) else "old_mirrors"
     if key.startswith(EPOCHS):
         return "epochs"
     if key.startswith(PINS):

@@ -66,6 +66,16 @@ class ObjectStoreTarget:
     def allow_http(self) -> bool:
         return bool(self.endpoint_url and self.endpoint_url.startswith("http://"))
 
+    def store_options(self) -> dict[str, Any]:
+        """cloudtier's S3 options for this target (``cloudtier.open_store(url, **these)``)."""
+        opts: dict[str, Any] = {"region": self.region}
+        if self.endpoint_url:
+            opts["endpoint_url"] = self.endpoint_url
+        if self.access_key_id:
+            opts["access_key"] = self.access_key_id
+            opts["secret_key"] = self.secret_access_key or ""
+        return opts
+
 
 @dataclass(frozen=True)
 class RunnerConfig:

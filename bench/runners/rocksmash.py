@@ -55,14 +55,8 @@ class RocksmashRunner(Runner):
                 # cloudtier's S3 backend options (see cloudtier.s3_store.S3Store)
                 # A connection per GET in flight: client threads (the tiering experiment
                 # runs up to 64) plus rocksmash's background fetch threads.
-                store_opts: dict[str, Any] = {"region": target.region,
-                                              "max_pool_connections": 128}
-                if target.endpoint_url:
-                    store_opts["endpoint_url"] = target.endpoint_url
-                if target.access_key_id:
-                    store_opts["access_key"] = target.access_key_id
-                    store_opts["secret_key"] = target.secret_access_key or ""
-                opts["object_store_options"] = store_opts
+                opts["object_store_options"] = dict(target.store_options(),
+                                                    max_pool_connections=128)
             elif target.endpoint_url:
                 opts["endpoint_url"] = target.endpoint_url
             if target.access_key_id:
