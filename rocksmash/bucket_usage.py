@@ -16,7 +16,7 @@ kind                      what
                           by a reader); the writer deletes it
 ``unnamed_tables``        ``tables/``: named by no mirror still kept and no pin (retired
                           longer ago, a crashed compaction's upload, a fenced writer's):
-                          the next open deletes it
+                          deleted a grace after the next open
 ``wal_records``           ``wal/``: shipped records of a segment at or after the
                           mirror's ``log_number`` (a rebuild replays them)
 ``wal_covered``           ``wal/``: records of a segment before ``log_number`` (in

@@ -20,7 +20,8 @@ before, they waited for the next compaction or the close, and a read-only databa
 its last compaction's inputs, about the whole data set, for as long as it ran);
 - WAL objects of segments below the published ``log_number``;
 - at open, after the first publish, every table object no version names (a crashed
-  compaction's uploads, a fenced writer's).
+  compaction's uploads, a fenced writer's, those the last writer retired and left at
+  its close), after the grace too: a reader may still be on the last writer's mirror.
 
 Objects a pin names (a tiered checkpoint's tables: pins.py) are never deleted.
 """
@@ -87,9 +88,10 @@ class Publication:
         #: Numbers of the local tables whose backups the newest mirror names.
         self._named_backups: set[int] = set()
         #: Objects to delete once nothing reads them and their grace is over: (key, table
-        #: number, weakref to the reader, monotonic time from which it may go). Guarded
-        #: by ``_cv``: the collector thread takes entries out while compactions add some.
-        self.dead: list[tuple[str, int, Callable[[], Any], float]] = []
+        #: number whose cached blocks go with it or None, weakref to the reader,
+        #: monotonic time from which it may go). Guarded by ``_cv``: the collector thread
+        #: takes entries out while compactions add some.
+        self.dead: list[tuple[str, int | None, Callable[[], Any], float]] = []
         self._cv = threading.Condition()
         #: Deletes ``dead`` entries when they are due (started with the first one).
         self._collector: threading.Thread | None = None
@@ -195,7 +197,7 @@ class Publication:
                 shipper.forget(self.cloud.delete_wal(old))
         self._collect_dead(force)
 
-    def _bury(self, entries: list[tuple[str, int, Callable[[], Any], float]]) -> None:
+    def _bury(self, entries: list[tuple[str, int | None, Callable[[], Any], float]]) -> None:
         """Add ``entries`` to :attr:`dead`, and have the collector delete them when due."""
         if not entries:
             return
@@ -226,8 +228,9 @@ class Publication:
             except Error:
                 failed.append((key, number, ref, time.monotonic() + _RETRY_AFTER))
                 continue
-            self._dc.drop_table(number)
-            self._mc.delete(number)
+            if number is not None:
+                self._dc.drop_table(number)
+                self._mc.delete(number)
         with self._cv:
             self.dead += failed
 
@@ -279,9 +282,10 @@ class Publication:
             t.join(_STOP_TIMEOUT)
 
     def collect_garbage(self, v: Version) -> None:
-        """Delete table objects ``v`` does not name and no pin names. Only after this
-        writer's first publish: from then on no older writer can make the mirror name
-        them. If a pin cannot be read, nothing is deleted (it may name any of them)."""
+        """Delete table objects ``v`` does not name and no pin names, after the grace
+        (the collector does). Only after this writer's first publish: from then on no
+        older writer can make the mirror name them. If a pin cannot be read, nothing is
+        deleted (it may name any of them)."""
         cloud_files = {f.number: f for _, f in v.files() if f.tier == CLOUD}
         try:
             self.pinned |= pinned_keys(self.cloud)
@@ -291,9 +295,13 @@ class Publication:
             return
         live = {f.object_key for f in cloud_files.values()} | {
             _key(n, e) for n, e in self.backups.items()} | self.pinned
-        for key in self.cloud.table_keys():
-            if key not in live:
-                self.cloud.delete(key)
+        # Not at once: a bucket reader may still read them on an older mirror (the last
+        # writer retired them less than the grace ago, or crashed before it could), and
+        # readers are promised the grace. No table number: such an object's number may
+        # be this writer's next table, whose cached blocks must stay.
+        due = time.monotonic() + self._grace
+        self._bury([(key, None, _no_reader, due)
+                    for key in self.cloud.table_keys() if key not in live])
         for n in self._mc.numbers():
             if n not in cloud_files:
                 self._mc.delete(n)

@@ -142,6 +142,32 @@ def test_an_iterator_outliving_the_grace_gets_unavailable_and_gets_read_on(tmp_p
             assert r.stats()["reader_swaps"] >= 2
 
 
+def test_a_reader_keeps_the_grace_across_the_writers_reopen(tmp_path):
+    """The next writer's open deleted every table object its version does not name at
+    once, so the tables the last writer retired just before its close vanished under a
+    reader still on its mirror. They now get their grace from the open."""
+    url = f"memory://reader-{uuid.uuid4().hex}"
+    opts = dict(wal_shipping="sync", retired_object_grace=60, local_budget=0)
+    with _writer(tmp_path, url, **opts) as w:
+        for i in range(3000):
+            w.put(b"k%05d" % i, b"old%d" % i * 10)
+        w.compact_range()
+        with _reader(tmp_path, url, cache_size="64KiB", cloud_fetch_size="4KiB",
+                     block_cache_size="64KiB") as r:
+            it = r.scan()
+            assert next(it)[0] == b"k00000"
+            for i in range(3000):
+                w.put(b"k%05d" % i, b"new")
+            w.compact_range()  # every table the view names is retired, in its grace
+            w.close()
+            with _writer(tmp_path, url, **opts) as w2:
+                assert w2.get(b"k02999") == b"new"
+                rest = [k for k, _ in it]  # the reader's old view reads on
+                assert len(rest) == 2999 and rest[-1] == b"k02999"
+                assert w2.stats()["cloud"]["waiting_deletion"]["grace"] > 0
+            it.close()
+
+
 def test_a_reader_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(InvalidArgumentError, match="no database"):
         _reader(tmp_path, f"memory://reader-{uuid.uuid4().hex}")
