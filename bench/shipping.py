@@ -42,9 +42,7 @@ MODES = ("off", "sealed", "interval", "sync")
 def _store_opts(env: Environment, name: str) -> dict[str, Any]:
     t = env.target(name)
     assert t is not None
-    return {"object_store": t.url, "object_store_options": {
-        "endpoint_url": t.endpoint_url, "region": t.region, "access_key": t.access_key_id,
-        "secret_key": t.secret_access_key}}
+    return {"object_store": t.url, "object_store_options": t.store_options()}
 
 
 def _puts(stats: dict[str, Any]) -> int:
