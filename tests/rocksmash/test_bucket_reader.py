@@ -9,6 +9,7 @@ compactions, and while following a live writer.
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 
 import hypothesis.strategies as st
 import pytest
@@ -119,21 +120,30 @@ def test_an_open_iterator_holds_the_view_and_new_writes_still_arrive(tmp_path):
             assert dict(r.scan()) == {b"k%04d" % i: b"new" for i in range(200)}
 
 
+@contextmanager
+def _view_of_retired_tables(tmp_path, url, w):
+    """A reader with an iterator on ``w``'s 3,000 "old" keys, one key read; then ``w``
+    overwrites them all and compacts, so every table the iterator's view names is
+    retired. Yields ``(reader, iterator)``."""
+    for i in range(3000):
+        w.put(b"k%05d" % i, b"old%d" % i * 10)
+    w.compact_range()
+    # (a tiny DataCache and fetch window: the iterator must fetch as it goes)
+    with _reader(tmp_path, url, cache_size="64KiB", cloud_fetch_size="4KiB",
+                 block_cache_size="64KiB") as r:
+        it = r.scan()
+        assert next(it)[0] == b"k00000"
+        for i in range(3000):
+            w.put(b"k%05d" % i, b"new")
+        w.compact_range()
+        yield r, it
+
+
 def test_an_iterator_outliving_the_grace_gets_unavailable_and_gets_read_on(tmp_path):
     url = f"memory://reader-{uuid.uuid4().hex}"
     with _writer(tmp_path, url, wal_shipping="sync", retired_object_grace=0,
                  local_budget=0) as w:
-        for i in range(3000):
-            w.put(b"k%05d" % i, b"old%d" % i * 10)
-        w.compact_range()
-        # (a tiny DataCache and fetch window: the iterator must fetch as it goes)
-        with _reader(tmp_path, url, cache_size="64KiB", cloud_fetch_size="4KiB",
-                     block_cache_size="64KiB") as r:
-            it = r.scan()
-            assert next(it)[0] == b"k00000"
-            for i in range(3000):
-                w.put(b"k%05d" % i, b"new")
-            w.compact_range()  # every table the view names is retired and deleted
+        with _view_of_retired_tables(tmp_path, url, w) as (r, it):  # (deleted at once)
             with pytest.raises(rocksmash.UnavailableError, match="retired_object_grace"):
                 for _ in it:
                     pass
@@ -149,16 +159,7 @@ def test_a_reader_keeps_the_grace_across_the_writers_reopen(tmp_path):
     url = f"memory://reader-{uuid.uuid4().hex}"
     opts = dict(wal_shipping="sync", retired_object_grace=60, local_budget=0)
     with _writer(tmp_path, url, **opts) as w:
-        for i in range(3000):
-            w.put(b"k%05d" % i, b"old%d" % i * 10)
-        w.compact_range()
-        with _reader(tmp_path, url, cache_size="64KiB", cloud_fetch_size="4KiB",
-                     block_cache_size="64KiB") as r:
-            it = r.scan()
-            assert next(it)[0] == b"k00000"
-            for i in range(3000):
-                w.put(b"k%05d" % i, b"new")
-            w.compact_range()  # every table the view names is retired, in its grace
+        with _view_of_retired_tables(tmp_path, url, w) as (_, it):  # (in their grace)
             w.close()
             with _writer(tmp_path, url, **opts) as w2:
                 assert w2.get(b"k02999") == b"new"
