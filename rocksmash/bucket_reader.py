@@ -19,9 +19,10 @@ Following: every ``reader_refresh_interval`` (default 1 s; 0: only on :meth:`ref
 background thread lists the mirrors and the WAL objects (two LIST requests) and reads
 what is new. New WAL records go into the memtable as a writer's writes do. A new mirror
 replaces the view (its tables, and a memtable rebuilt from the segments it does not
-cover). The swap waits while a snapshot or an iterator is open, because a snapshot's
-sequence number is only meaningful against the view it was taken in (the writer's
-compactions drop versions no reader of its own needs); new WAL records still arrive then.
+cover). The swap waits while a snapshot or an iterator is open (an exhausted iterator
+holds nothing: iterator.py), because a snapshot's sequence number is only meaningful
+against the view it was taken in (the writer's compactions drop versions no reader of its
+own needs); new WAL records still arrive then.
 
 A table the writer compacted away and deleted while this view still names it makes a read
 fail with UnavailableError (not CorruptionError: nothing is damaged, the view is old). A
@@ -29,7 +30,9 @@ fail with UnavailableError (not CorruptionError: nothing is damaged, the view is
 iterator is open) it raises UnavailableError saying so. An iterator or snapshot read
 that finds its table deleted raises it too: the writer keeps retired tables for
 ``retired_object_grace`` (60 s), so one that stays open longer than that while the writer
-compacts may have to be opened again.
+compacts may have to be opened again. A missing table that the newest mirror still names
+was not deleted by the writer (it never deletes what its newest mirror names): the bucket
+lost it, and every read of it, the open's included, raises CorruptionError saying so.
 
 The writer must ship its WAL (``wal_shipping`` other than ``"off"``): otherwise its mirror
 does not name its local tables, and a reader would miss them (InvalidArgumentError).
@@ -43,7 +46,8 @@ from typing import Any
 
 from cloudtier import NotFoundError, StoreError
 
-from .cloud import MIRRORS, CloudTier, WalObject, store_errors
+from .cloud import (MIRROR_FORMATS, MIRRORS, CloudTier, WalObject, decode_object, mirror_key,
+                    store_errors)
 from .db import DB, _open_dbs
 from .env import POSIX, os_error
 from .errors import CorruptionError, Error, InvalidArgumentError, UnavailableError
@@ -87,7 +91,7 @@ class BucketReader(ReadOnlyDB):
                             "reader_wal_objects": 0})
         assert self._cloud is not None
         self._cloud.db_id = None  # accept the bucket's database, whichever it is
-        self._cloud.tables_vanish = True
+        self._cloud.tables_vanish = self._missing_table
         #: Odd while a view swap is in progress (a seqlock for lock-free gets).
         self._view_gen = 0
         self._generation = 0  # the mirror generation of the view
@@ -283,6 +287,42 @@ class BucketReader(ReadOnlyDB):
         self._stats["reader_swaps"] += 1
         self._stats["reader_generation"] = self._generation
         return True
+
+    def _missing_table(self, key: str) -> Error:
+        """The error for a read of table object ``key`` that is not in the bucket (on any
+        thread; CloudFile raises it): CorruptionError if the newest mirror names it, as
+        the writer never deletes such a table; else UnavailableError, as the writer
+        retired and deleted it after its grace while this view still names it. Costs one
+        LIST and one GET, on this error path only."""
+        cloud = self._cloud
+        assert cloud is not None
+        newest: dict[str, Any] | None = None
+        gen = 0
+        try:
+            for _ in range(_READ_ATTEMPTS):  # (a newer publish may delete the one listed)
+                gen = cloud._latest(MIRRORS)
+                try:
+                    newest = decode_object(cloud.store.get(mirror_key(gen)), "manifest mirror",
+                                           MIRROR_FORMATS) if gen else None
+                    break
+                except NotFoundError:
+                    continue
+            named = newest is not None and any(f.object_key == key for _, f in
+                                               CloudTier.mirror_files(newest))
+        except StoreError as e:
+            return UnavailableError(f"{key}: missing from the object store, and reading the "
+                                    f"newest manifest mirror to learn why failed ({e})")
+        except CorruptionError as e:
+            return e
+        if named:
+            return CorruptionError(
+                f"object store: table {key} is missing, and the newest manifest mirror "
+                f"(generation {gen}) names it: the bucket lost a table of the database (the "
+                f"writer deletes only tables its newest mirror no longer names)")
+        return UnavailableError(
+            f"{key}: the writer has deleted this table (it left the writer's version more "
+            f"than retired_object_grace ago); this reader's view has moved on, so open the "
+            f"iterator or snapshot again")
 
     def _busy(self) -> bool:
         """A snapshot or iterator is open (then the view does not move to a new mirror)."""

@@ -52,13 +52,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import cloudtier
 from cloudtier import NotFoundError, ObjectStore, PreconditionFailedError, StoreError
 
-from .errors import (CorruptionError, FencedError, InvalidArgumentError, NewerFormatError,
-                     ObjectStoreError, UnavailableError)
+from .errors import (CorruptionError, Error, FencedError, InvalidArgumentError,
+                     NewerFormatError, ObjectStoreError, UnavailableError)
 from .formats import CLOUD_OBJECT_FORMAT, MIRROR_FORMAT, WAL_OBJECT_FORMAT
 from .log_format import CLEAN, encode_record, read_records
 from .version import CLOUD, LOCAL, FileMeta
@@ -193,28 +193,26 @@ class CloudFile:
     """A RandomAccessFile over one object: each read is one ranged GET.
 
     A missing object is a CorruptionError (a table the version names is gone), except
-    for a reader of another process's database (``vanishes``: bucket_reader.py), whose
-    view can name a table the writer has since retired and deleted: UnavailableError,
-    with the NotFoundError as its cause."""
+    for a reader of another process's database (bucket_reader.py), whose view can name a
+    table the writer has since retired and deleted: there ``vanished(key)`` says which
+    error it is (UnavailableError for a retired table, CorruptionError for one the newest
+    mirror still names), raised with the NotFoundError as its cause."""
 
-    __slots__ = ("store", "key", "_size", "_vanishes")
+    __slots__ = ("store", "key", "_size", "_vanished")
 
-    def __init__(self, store: ObjectStore, key: str, size: int, vanishes: bool = False
-                 ) -> None:
+    def __init__(self, store: ObjectStore, key: str, size: int,
+                 vanished: Callable[[str], Error] | None = None) -> None:
         self.store = store
         self.key = key
         self._size = size
-        self._vanishes = vanishes
+        self._vanished = vanished
 
     def read(self, offset: int, size: int) -> bytes:
         try:
             return self.store.get(self.key, offset, offset + size)
         except NotFoundError as e:
-            if self._vanishes:
-                raise UnavailableError(
-                    f"{self.key}: the writer has deleted this table (it left the writer's "
-                    f"version more than retired_object_grace ago); this reader's view has "
-                    f"moved on, so open the iterator or snapshot again") from e
+            if self._vanished is not None:
+                raise self._vanished(self.key) from e
             raise store_errors(self.key, e) from e
         except StoreError as e:
             raise store_errors(self.key, e) from e
@@ -259,8 +257,8 @@ class CloudTier:
             if retries else self.metered)
         self.epoch = 0
         #: Another process writes the tables this tier reads (a bucket reader), so a
-        #: table may be deleted under a read: see CloudFile.
-        self.tables_vanish = False
+        #: table may be deleted under a read: the error for a missing one (CloudFile).
+        self.tables_vanish: Callable[[str], Error] | None = None
         #: The database's identity, once claim_epoch has run.
         self.db_id: str | None = None
         self.generation = 0

@@ -832,6 +832,17 @@ class DB:
             self._keep_upto = seq  # sequence numbers only grow: this is the newest
         return Snapshot(self, seq)
 
+    def _resume_snapshot(self, seq: int) -> Snapshot | None:
+        """A snapshot at ``seq`` again (an exhausted iterator that seeks: iterator.py), if
+        nothing was written since ``seq``: then every version visible at ``seq`` is the
+        newest of its key, which nothing drops. None otherwise (or closed)."""
+        with self._lock:
+            if self._closed or self._seq != seq:
+                return None
+            self._snapshots[seq] = self._snapshots.get(seq, 0) + 1
+            self._keep_upto = seq
+        return Snapshot(self, seq)
+
     def _release_snapshot(self, seq: int | None) -> None:
         with self._lock:
             if seq is not None:

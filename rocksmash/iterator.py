@@ -24,6 +24,14 @@ the loop raises InvalidArgumentError (after at most the rest of the run of keys 
 in) instead of silently going on. ``next(it)`` always follows seeks; loops started after a
 seek start at the new position.
 
+Exhaustion releases the snapshot an iterator made for itself (decision 0010, amended):
+once a ``next`` finds nothing left, the iterator holds nothing, as after :meth:`close`, so
+an exhausted iterator kept in a variable neither keeps old versions from compaction nor
+holds a bucket reader's view from following the writer (issue 27). A seek after that goes
+on at the same sequence number if nothing was written since (it then sees the same
+state); otherwise it raises ClosedError. To seek back over one state after writes, scan
+with ``snapshot=`` (the caller's snapshot is never released by the iterator).
+
 Thread-safety: an iterator is used by one thread at a time (like any Python iterator);
 many iterators may run at once beside writers.
 """
@@ -49,6 +57,8 @@ VALUE = itemgetter(1)
 
 _SEEK_IN_LOOP = ("the iterator was repositioned (seek) while a for loop was iterating it; "
                  "to seek while iterating, call next(it) in a while loop")
+_RELEASED = ("the iterator released its snapshot when it was exhausted, and the database has "
+             "changed since; scan again, or scan with snapshot= to seek back over one state")
 
 
 #: An exhausted iterator (it stays exhausted, so one serves every closed or empty position).
@@ -59,10 +69,18 @@ def _hold(_snapshot: object) -> None:
     """The merge's end callback: it only holds the snapshot alive while the merge runs."""
 
 
-def _guard(superseded: list[bool]) -> Iterator[Any]:
-    """Chained after a merge: a loop that reaches it after a seek raises (see module doc)."""
+def _guard(superseded: list[bool], stop: Callable[[], None] | None,
+           snap: "Snapshot | None") -> Iterator[Any]:
+    """Chained after a merge. A loop that reaches it after a seek raises (see module doc);
+    otherwise the iteration is exhausted: end the merge (a ``limit`` leaves it suspended)
+    and release the iterator's own snapshot ``snap`` (None: the caller's). The release is
+    deferred (applied at the next snapshot, flush or swap): it takes no lock here."""
     if superseded[0]:
         raise InvalidArgumentError(_SEEK_IN_LOOP)
+    if stop is not None:
+        stop()
+    if snap is not None:
+        snap._release_later()
     yield from ()
 
 
@@ -70,8 +88,9 @@ class DBIterator:
     """Iterator of ``(key, value)`` from :meth:`DB.scan` (keys alone with ``keys_only``).
 
     Use as a context manager or call :meth:`close`; it holds its snapshot (an implicit one
-    unless given one) until closed or garbage collected, so it can :meth:`seek` back at
-    any time, also once exhausted. See :mod:`rocksmash.iterator` for the seek semantics.
+    unless given one) until exhausted, closed or garbage collected. Exhausted, it can
+    still :meth:`seek` back while nothing was written since (see :mod:`rocksmash.iterator`
+    for the seek semantics and what exhaustion releases).
     """
 
     __slots__ = ("_db", "_seq", "_snap", "_owns_snap", "_start", "_end", "_reverse",
@@ -155,16 +174,17 @@ class DBIterator:
             self._end_merge(superseded=True)
         self._superseded[0] = True
         self._superseded = superseded = [False]
+        own = self._snap if self._owns_snap else None
         if empty or self._limit == 0 or (lo is not None and hi is not None and lo >= hi):
-            self._it = _EMPTY
+            self._it = _guard(superseded, None, own)
             return
-        release = partial(_hold, self._snap) if self._owns_snap else None
+        release = partial(_hold, own) if own is not None else None
         it, self._stop = self._db._scan(lo, hi, self._reverse, self._seq, release)
         if self._limit is not None:
             it = islice(it, self._limit)
         if self._project is not None:
             it = map(self._project, it)
-        self._it = chain(it, _guard(superseded))
+        self._it = chain(it, _guard(superseded, self._stop, own))
 
     def _end_merge(self, superseded: bool) -> None:
         self._superseded[0] = superseded
@@ -178,7 +198,11 @@ class DBIterator:
         if self._db._closed:
             raise self._db._closed_error()
         if self._snap._closed:
-            raise ClosedError("the iterator's snapshot is closed")
+            snap = self._db._resume_snapshot(self._seq) if self._owns_snap else None
+            if snap is None:
+                raise ClosedError(_RELEASED if self._owns_snap else
+                                  "the iterator's snapshot is closed")
+            self._snap = snap  # released at exhaustion, and nothing written since
 
     # ------------------------------------------------------------------ lifecycle
 

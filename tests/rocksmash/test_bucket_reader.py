@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import rocksmash
-from rocksmash.errors import InvalidArgumentError
+from rocksmash.cloud import CloudTier
+from rocksmash.errors import CorruptionError, InvalidArgumentError
 
 from .test_wal_shipping import SMALL, wait_for
 
@@ -169,6 +170,48 @@ def test_a_reader_keeps_the_grace_across_the_writers_reopen(tmp_path):
             it.close()
 
 
+def test_an_exhausted_iterator_does_not_hold_the_view(tmp_path):
+    """Issue 27: ``it = reader.scan(); list(it)`` with ``it`` still referenced held the view:
+    the reader kept serving the old value while the writer went on."""
+    url = f"memory://reader-{uuid.uuid4().hex}"
+    with _writer(tmp_path, url, wal_shipping="sync") as w:
+        for i in range(300):
+            w.put(b"k%04d" % i, b"old", sync=True)
+        with _reader(tmp_path, url) as r:
+            it = r.scan()
+            assert len(list(it)) == 300  # exhausted; ``it`` stays referenced
+            for i in range(300):
+                w.put(b"k%04d" % i, b"new", sync=True)
+            w.compact_range()  # a new mirror; the WAL objects it covers are deleted
+            assert r.refresh()  # the view moved to it
+            assert r.get(b"k0000") == b"new" and r.stats()["reader_swaps_deferred"] == 0
+            with pytest.raises(rocksmash.ClosedError, match="exhausted"):
+                it.seek_to_first()  # its state is gone: refused, not a newer one shown
+
+
+def test_a_table_the_newest_mirror_names_that_is_missing_is_corruption(tmp_path):
+    """Issue 27: a fresh reader raised UnavailableError blaming retired_object_grace for a
+    table the newest mirror names; nothing but a loss of the bucket deletes one."""
+    url = f"memory://reader-{uuid.uuid4().hex}"
+    with _writer(tmp_path, url, wal_shipping="sync", local_budget=0) as w:
+        for i in range(2000):
+            w.put(b"k%05d" % i, b"v%d" % i * 10)
+        w.compact_range()
+        with _reader(tmp_path, url) as r:  # its view, opened before the loss
+            cloud = CloudTier(url, {}, 0)
+            (lost, *_) = sorted(f.object_key for _, f in
+                                CloudTier.mirror_files(cloud.load_mirror()))
+            cloud.store.delete(lost)
+            for read in (lambda: list(r.scan()), lambda: [r.get(b"k%05d" % i)
+                                                         for i in range(2000)]):
+                with pytest.raises(CorruptionError, match="newest manifest mirror") as e:
+                    read()
+                assert lost in str(e.value) and "retired_object_grace" not in str(e.value)
+        with pytest.raises(CorruptionError, match="newest manifest mirror") as e:
+            _reader(tmp_path, url, name="fresh")
+        assert lost in str(e.value) and "retired_object_grace" not in str(e.value)
+
+
 def test_a_reader_refuses_what_it_cannot_read(tmp_path):
     with pytest.raises(InvalidArgumentError, match="no database"):
         _reader(tmp_path, f"memory://reader-{uuid.uuid4().hex}")
@@ -190,6 +233,7 @@ _ops = st.lists(st.one_of(
     st.tuples(st.just("flush"), st.none(), st.none()),
     st.tuples(st.just("compact"), st.none(), st.none()),
     st.tuples(st.just("refresh"), st.none(), st.none()),
+    st.tuples(st.just("scan_and_keep"), st.none(), st.none()),
 ), min_size=1, max_size=60)
 
 
@@ -202,6 +246,7 @@ def test_model_reader_matches_the_writer(tmp_path, ops_):
     url = f"memory://reader-{uuid.uuid4().hex}"
     path = tmp_path / uuid.uuid4().hex
     model: dict[bytes, bytes] = {}
+    kept = []  # exhausted iterators still referenced: they must not hold the view
     with _writer(path, url, wal_shipping="sync") as w:
         w.put(b"start", b"", sync=True)
         model[b"start"] = b""
@@ -222,6 +267,9 @@ def test_model_reader_matches_the_writer(tmp_path, ops_):
                     w.flush()
                 elif op == "compact":
                     w.compact_range()
+                elif op == "scan_and_keep":
+                    kept.append(r.scan())
+                    list(kept[-1])
                 else:
                     r.refresh()
                     assert dict(r.scan()) == model

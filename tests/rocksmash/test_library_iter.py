@@ -9,6 +9,7 @@ import gc
 import shutil
 import tempfile
 from bisect import bisect_left
+from functools import partial
 
 import hypothesis.strategies as st
 import pytest
@@ -40,6 +41,24 @@ def _take(it, n):
         except StopIteration:
             return
         yield item[0] if isinstance(item, tuple) else item
+
+
+def test_an_exhausted_iterator_seeks_back_only_over_the_same_state(db):
+    """Exhaustion released the snapshot: after a write, a seek back would have to read a
+    state nothing keeps any more, so it raises instead of showing a newer one."""
+    it = db.scan(b"k50")
+    assert keys(it) == [b"k50", b"k60", b"k70", b"k80", b"k90"]
+    db.put(b"k55", b"new")
+    with pytest.raises(ClosedError, match="exhausted"):
+        it.seek_to_first()
+    assert next(it, None) is None
+    snap = db.snapshot()  # the caller's snapshot: never released by the iterator
+    it = db.scan(b"k80", snapshot=snap)
+    assert keys(it) == [b"k80", b"k90"]
+    db.put(b"k85", b"new")
+    it.seek(b"k80")
+    assert keys(it) == [b"k80", b"k90"]
+    snap.close()
 
 
 def test_keys_only_yields_keys(db):
@@ -169,9 +188,15 @@ def test_the_implicit_snapshot_is_released(db):
     it = db.scan()
     assert db.stats()["snapshots"] == 1
     list(it)
-    assert live() == 1  # exhausted but alive: it can still seek back
+    assert live() == 0  # exhausted, and still referenced: it holds nothing (issue 27)
+    it.seek_to_first()  # nothing written since: it goes on at its sequence number
+    assert live() == 1 and next(it) == (b"k00", b"v00")
     it.close()
     assert live() == 0
+    limited = db.scan(limit=2)
+    assert len(list(limited)) == 2 and live() == 0  # exhausted by its limit
+    empty = db.scan(b"z")
+    assert list(empty) == [] and live() == 0
     for _ in db.scan():  # a loop's temporary iterator: freed with its merge
         pass
     gc.collect()
@@ -191,16 +216,29 @@ BOUNDS = st.one_of(st.none(), KEYS)
 class Cursor:
     """The model: a list of the range's items in iteration order and a position in it."""
 
-    def __init__(self, items, reverse, limit):
+    def __init__(self, items, reverse, limit, writes):
         self.items, self.reverse, self.limit = items, reverse, limit
         self.keys = [k for k, _ in items]
+        #: Writes so far when it was opened (its sequence number), and whether a next()
+        #: found nothing: the real iterator then released its snapshot, and a seek takes
+        #: it again only while no write came after the sequence number.
+        self.opened_at, self.released = writes, False
         self.place(0)
 
     def place(self, pos):
         self.pos, self.left = pos, self.limit
 
+    def may_seek(self, writes):
+        """Whether a seek works (else ClosedError): the snapshot is held, or it was released
+        and nothing was written after its sequence number (then it is taken again)."""
+        if self.released and writes != self.opened_at:
+            return False
+        self.released = False
+        return True
+
     def next(self):
         if self.pos >= len(self.items) or self.left == 0:
+            self.released = True
             return None
         self.pos += 1
         if self.left is not None:
@@ -231,6 +269,7 @@ class IteratorModel(RuleBasedStateMachine):
                                  l0_compaction_trigger=2, background_processes=False)
         self.model: dict[bytes, bytes] = {}
         self.its: list = []
+        self.writes = 0  # writes so far (an exhausted iterator's seek needs none since)
 
     @initialize(data=st.dictionaries(KEYS, st.binary(max_size=30), max_size=30))
     def load(self, data):
@@ -248,6 +287,7 @@ class IteratorModel(RuleBasedStateMachine):
 
     @rule(k=KEYS, v=st.one_of(st.none(), st.binary(max_size=30)))
     def write(self, k, v):
+        self.writes += 1
         if v is None:
             self.db.delete(k)
             self.model.pop(k, None)
@@ -260,6 +300,7 @@ class IteratorModel(RuleBasedStateMachine):
         """Range tombstones under the cursors: seeks in both directions must skip what
         they cover (and open iterators must not see them)."""
         start, end = min(a, b), max(a, b)
+        self.writes += start < end  # (an empty range writes nothing)
         self.db.delete_range(start, end)
         for k in [k for k in self.model if start <= k < end]:
             del self.model[k]
@@ -276,7 +317,7 @@ class IteratorModel(RuleBasedStateMachine):
         if reverse:
             items.reverse()
         it = self.db.scan(start, end, reverse=reverse, keys_only=keys_only, limit=limit)
-        self.its.append((it, (Cursor(items, reverse, limit), keys_only)))
+        self.its.append((it, (Cursor(items, reverse, limit, self.writes), keys_only)))
         if len(self.its) > 4:
             old, _ = self.its.pop(0)
             old.close()
@@ -292,16 +333,24 @@ class IteratorModel(RuleBasedStateMachine):
                 want = cur.next()
                 want = want if want is None or not keys_only else want[0]
                 assert next(it, None) == want
-            elif op == "seek":
-                k = data.draw(st.one_of(KEYS, st.sampled_from(cur.keys)) if cur.keys else KEYS)
-                it.seek(k)
-                cur.seek(k)
-            elif op == "first":
-                it.seek_to_first()
-                cur.seek_to_first()
-            else:
-                it.seek_to_last()
-                cur.seek_to_last()
+                continue
+            k = data.draw(st.one_of(KEYS, st.sampled_from(cur.keys)) if cur.keys else KEYS)
+            seek = {"seek": partial(it.seek, k), "first": it.seek_to_first,
+                    "last": it.seek_to_last}[op]
+            if not cur.may_seek(self.writes):
+                with pytest.raises(ClosedError, match="exhausted"):
+                    seek()
+                continue
+            seek()
+            {"seek": partial(cur.seek, k), "first": cur.seek_to_first,
+             "last": cur.seek_to_last}[op]()
+
+    @invariant()
+    def released_snapshots(self):
+        """Only iterators that are not exhausted hold a snapshot (issue 27)."""
+        self.db.snapshot().close()  # applies the deferred releases
+        held = {cur.opened_at for _, (cur, _) in self.its if not cur.released}
+        assert self.db.stats()["snapshots"] == len(held)  # (sequence numbers held)
 
     @invariant()
     def no_background_error(self):
