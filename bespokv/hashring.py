@@ -3,13 +3,13 @@
 Two rings place data (see docs/bespokv.md, "Sharding"):
 
 * keys -> shards: every shard owns ``vnodes`` points on a ring; a key belongs to the shard
-  owning the first point at or after the key's hash (wrapping around);
+  owning the first point at or after its hash slot's point (``slots.py``; wrapping around);
 * shards -> replica sets: every node owns ``vnodes`` points on a second ring; a shard's
   replicas are the first ``replicas`` distinct nodes met walking from the shard's hash,
   rotated (keeping the cyclic order) to spread heads and tails evenly (``shardmap.py``).
   The order matters: for master-slave modes the first is the head/master, the last the tail.
 
-Hashes are 64-bit xxh3 of the key. Adding a shard or a node moves only about 1/n of the
+Ring points are 64-bit xxh3 hashes of member names. Adding a shard or a node moves only about 1/n of the
 keys or shards. Points are frozen by this encoding: changing it remaps every key.
 """
 
@@ -64,6 +64,18 @@ class HashRing(Generic[M]):
         if i == len(self._hashes):
             i = 0
         return self._members[self._owners[i]]
+
+    def lookup_sorted(self, hashes: Sequence[int]) -> list[M]:
+        """:meth:`lookup_hash` of each of ``hashes`` (ascending), in one walk of the ring."""
+        out: list[M] = []
+        points, owners, members = self._hashes, self._owners, self._members
+        n = len(points)
+        i = 0
+        for h in hashes:
+            while i < n and points[i] < h:
+                i += 1
+            out.append(members[owners[i if i < n else 0]])
+        return out
 
     def lookup(self, key: bytes) -> M:
         """The member owning ``key``."""

@@ -4,6 +4,10 @@ A :class:`ShardMap` is an immutable value handed out by the coordinator (see
 ``coordinator.py``); a new epoch replaces it whole. Clients fetch it from any node
 (``Admin.ShardMap``) and route with the same code the nodes use, so both always agree
 for a given epoch.
+
+Keys map to shards through Redis Cluster's hash slots (``slots.py``, decision 0059): a
+key's slot (CRC16, hash tags honoured) has a fixed point on the ring of shard vnodes, so
+all keys of a slot share a shard and the RESP front end can announce slot ranges.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import xxhash
 
 from bespokv.errors import InvalidArgumentError, UnknownShardError
 from bespokv.hashring import HashRing
+from bespokv.slots import SLOTS, key_slot, slot_point
 
 if TYPE_CHECKING:
     from bespokv.config import ClusterConfig
@@ -107,6 +112,8 @@ class ShardMap:
         self.cluster = cluster
         ids = list(self.shards)
         self._ring: HashRing[int] = HashRing(ids, vnodes, names=[b"shard:%d" % i for i in ids])
+        #: shard id of every slot, built on first use
+        self._slot_shards: list[int] | None = None
 
     @classmethod
     def from_config(cls, cfg: ClusterConfig, epoch: int = 1) -> ShardMap:
@@ -138,8 +145,34 @@ class ShardMap:
         return cls(shards, nodes, vnodes=cfg.vnodes, epoch=epoch, cluster=cfg.name)
 
     def shard_for(self, key: bytes) -> int:
-        """The id of the shard that owns ``key``."""
-        return self._ring.lookup(key)
+        """The id of the shard that owns ``key`` (the shard of its hash slot)."""
+        owners = self._slot_shards
+        if owners is None:
+            owners = self._slot_owners()
+        return owners[key_slot(key)]
+
+    def _slot_owners(self) -> list[int]:
+        """The shard of every slot, from the ring (once per map, one walk of the ring; a
+        key's shard is then a list index instead of a ring search)."""
+        if self._slot_shards is None:
+            self._slot_shards = self._ring.lookup_sorted([slot_point(s) for s in range(SLOTS)])
+        return self._slot_shards
+
+    def slot_shard(self, slot: int) -> int:
+        """The id of the shard that owns hash slot ``slot``."""
+        return self._slot_owners()[slot]
+
+    def slot_ranges(self) -> list[tuple[int, int, int]]:
+        """``(first slot, last slot, shard id)`` for each run of slots owned by one shard,
+        in slot order, covering all 16,384 slots."""
+        out: list[tuple[int, int, int]] = []
+        owners = self._slot_owners()
+        first = 0
+        for s in range(1, SLOTS + 1):
+            if s == SLOTS or owners[s] != owners[first]:
+                out.append((first, s - 1, owners[first]))
+                first = s
+        return out
 
     def shard(self, shard_id: int) -> ShardInfo:
         try:
@@ -150,7 +183,7 @@ class ShardMap:
             ) from None
 
     def shard_of_key(self, key: bytes) -> ShardInfo:
-        return self.shards[self._ring.lookup(key)]
+        return self.shards[self.shard_for(key)]
 
     def load(self) -> Counter[str]:
         """Replicas each member holds (0 for a member that holds none)."""
