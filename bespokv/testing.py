@@ -195,6 +195,10 @@ class LocalCluster:
     lease expires, the cluster fails over). Its own calls to the other nodes are not cut
     (they go through the others' proxies): they are what fencing must refuse.
     :meth:`direct_address` is its real port, for a client on its side of the cut.
+
+    ``resp=True`` (or :meth:`serve_resp` before :meth:`start`) has every node serve RESP
+    too (``bespokv node --redis-port``), on the client and cluster ports in
+    :attr:`resp_ports`.
     """
 
     def __init__(
@@ -216,6 +220,7 @@ class LocalCluster:
         etcd: int = 0,
         tls: TlsConfig | None = None,
         cuttable: bool = False,
+        resp: bool = False,
     ) -> None:
         self._own_dir = dir is None
         self.dir = dir or tempfile.mkdtemp(prefix="bespokv-cluster-")
@@ -265,11 +270,19 @@ class LocalCluster:
             path = self._node_config_paths[nid] = os.path.join(self.dir, f"cluster-{nid}.toml")
             self.config.replace(etcd=eps).write(path)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: per node: its RESP client and cluster ports (``resp=True``; bespokv/resp)
+        self.resp_ports: dict[str, tuple[int, int]] = {}
+        if resp:
+            self.serve_resp()
         self.detach = detach
         self.python = python
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = REPO_ROOT + os.pathsep + self.env.get("PYTHONPATH", "")
         self.env.update(env or {})
+
+    def serve_resp(self) -> None:
+        """Give every node RESP ports (free ones), used from its next start on."""
+        self.resp_ports = {n.id: (free_port(), free_port()) for n in self.config.nodes}
 
     @property
     def node_ids(self) -> list[str]:
@@ -304,9 +317,11 @@ class LocalCluster:
             raise RuntimeError(f"node {node_id} is already running (pid {p.pid})")
         log = open(os.path.join(self.dir, "logs", f"{node_id}.log"), "ab")
         try:
+            resp = self.resp_ports.get(node_id)
             proc = subprocess.Popen(
                 [self.python, "-m", "bespokv", "node", "--config",
-                 self._node_config_paths.get(node_id, self.config_path), "--node", node_id],
+                 self._node_config_paths.get(node_id, self.config_path), "--node", node_id]
+                + (["--redis-port", str(resp[0]), "--redis-cluster-port", str(resp[1])] if resp else []),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=self.env,

@@ -245,7 +245,7 @@ class ShardStatus(_message.Message):
     def __init__(self, shard: _Optional[int] = ..., mode: _Optional[str] = ..., role: _Optional[str] = ..., ready: _Optional[bool] = ..., seq: _Optional[int] = ..., lag: _Optional[_Mapping[str, int]] = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "address", "up", "uptime_s", "pid", "datalet", "counters", "shards", "error")
+    __slots__ = ("id", "address", "up", "uptime_s", "pid", "datalet", "counters", "shards", "error", "redis", "redis_cluster")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +262,8 @@ class NodeStatus(_message.Message):
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    REDIS_FIELD_NUMBER: _ClassVar[int]
+    REDIS_CLUSTER_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     up: bool
@@ -271,7 +273,9 @@ class NodeStatus(_message.Message):
     counters: _containers.ScalarMap[str, float]
     shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
     error: str
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., up: _Optional[bool] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ..., datalet: _Optional[str] = ..., counters: _Optional[_Mapping[str, float]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+    redis: str
+    redis_cluster: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., up: _Optional[bool] = ..., uptime_s: _Optional[float] = ..., pid: _Optional[int] = ..., datalet: _Optional[str] = ..., counters: _Optional[_Mapping[str, float]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., error: _Optional[str] = ..., redis: _Optional[str] = ..., redis_cluster: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
     __slots__ = ()

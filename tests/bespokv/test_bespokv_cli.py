@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from bespokv.cli import render_status
 from bespokv.proto import bespokv_pb2 as pb
@@ -36,7 +37,7 @@ def test_cluster_up_detached_and_quick_commands(tmp_path):
     d = str(tmp_path / "c")
     state = {"BESPOKV_STATE": str(tmp_path / "last-cluster")}  # where `cluster up` records its --dir
     out = bespokv("cluster", "up", "--nodes", "3", "--replicas", "3", "--mode", "aa-sc", "--datalet", "rocksdb",
-                  "--dir", d, "--detach", env=state).stdout
+                  "--dir", d, "--detach", "--redis", env=state).stdout
     assert "detached" in out
     by_hand = None
     try:
@@ -61,6 +62,10 @@ def test_cluster_up_detached_and_quick_commands(tmp_path):
         status = json.loads(bespokv("status", "--json", *cfg).stdout)
         # every field is printed, defaults too (shard 0 was dropped as a default once)
         assert any(sh["shard"] == 0 for n in status["nodes"] for sh in n["shards"]), status
+        # --redis: every node lists its RESP ports, and serves Redis clients there
+        host, port = status["nodes"][2]["redis"].rsplit(":", 1)
+        assert all(n["redis"] and n["redisCluster"] for n in status["nodes"])
+        assert redis.Redis(host=host, port=int(port)).get("greeting") == b"hello world"
         again = bespokv("cluster", "up", "--dir", d, "--detach", check=False)
         assert again.returncode == 3 and "already running" in again.stderr
         # A node killed and restarted by hand (not in the recorded pids) ...
