@@ -375,3 +375,35 @@ def test_flushdb_is_refused_unless_the_config_allows_it(rc: RespCluster) -> None
             rc.redis("n1").flushdb()
     finally:
         srv.allow_flushdb = True
+
+
+def test_mset_and_mget_of_one_hash_tag_are_atomic(rc: RespCluster) -> None:
+    """Attacks MSET/MGET atomicity within a shard: a reader on another node never sees
+    one key of an MSET without the other (master-slave modes: one batch, one datalet read)."""
+    if rc.mode not in CAS_MODES:  # type: ignore[attr-defined]
+        pytest.skip("per key in the active-active modes")
+
+    async def run() -> list[list[bytes | None]]:
+        w = redis.asyncio.Redis(host="127.0.0.1", port=rc.port("n1"))
+        rd = redis.asyncio.Redis(host="127.0.0.1", port=rc.port("n2"))
+        seen: list[list[bytes | None]] = []
+        done = asyncio.Event()
+        try:
+            async def writer() -> None:
+                for i in range(150):
+                    await w.mset({"{at}a": i, "{at}b": i, "{at}c": i})
+                done.set()
+
+            async def reader() -> None:
+                while not done.is_set():
+                    seen.append(await rd.mget("{at}a", "{at}b", "{at}c"))
+
+            await asyncio.gather(writer(), reader())
+            return seen
+        finally:
+            await w.aclose()
+            await rd.aclose()
+
+    seen = asyncio.run(run())
+    assert len(seen) > 10
+    assert all(len(set(v)) == 1 for v in seen), [v for v in seen if len(set(v)) != 1][:3]

@@ -67,8 +67,8 @@ def test_redis_cli_scripted(cluster: LocalCluster) -> None:
     assert "role:master" in cli(port, "info", "replication")
     assert "cluster_state:ok" in cli(port, "cluster", "info")
     # -c on a cluster port: redis-cli follows -MOVED to the slot's master.
-    smap = cluster.client().shard_map()
-    master = smap.shard_of_key(b"{c}x").replicas[0]
+    with cluster.client() as c:
+        master = c.shard_map().shard_of_key(b"{c}x").replicas[0]
     other = next(n for n in cluster.node_ids if n != master)
     assert cli(cluster.resp_ports[other][1], "-c", "get", "{c}x") == ["1"]
     want = f"MOVED {key_slot(b'{c}x')} 127.0.0.1:{cluster.resp_ports[master][1]}"
@@ -81,7 +81,8 @@ def test_redis_cluster_client_follows_a_node_kill(cluster: LocalCluster) -> None
     rc = RedisCluster(host="127.0.0.1", port=cluster.resp_ports["n1"][0], socket_timeout=5)
     try:
         key = b"kill:0"
-        victim = cluster.client().shard_map().shard_of_key(key).replicas[0]
+        with cluster.client() as c:
+            victim = c.shard_map().shard_of_key(key).replicas[0]
         slot = key_slot(key)
         assert rc.nodes_manager.get_node_from_slot(slot).port == cluster.resp_ports[victim][1]
         acked: dict[str, int] = {}
