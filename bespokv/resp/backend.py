@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bespokv.batcher import AutoBatcher
@@ -63,10 +63,6 @@ class Backend:
         self.node = node
         self.timeout = node.config.tuning.request_timeout
         self._batchers: dict[tuple[int, bool], AutoBatcher[pb.Op, Result]] = {}
-
-    @property
-    def shard_map(self):
-        return self.node.shard_map
 
     def mode_of(self, key: bytes) -> str:
         return self.node.shard_map.shard_of_key(key).mode
@@ -187,7 +183,7 @@ class Backend:
                 raise err
             await asyncio.sleep(min(0.01 * 2**attempt, 0.5))
 
-    async def write_group(self, ops: list[tuple[bytes, bytes | None]]) -> None:
+    async def write_group(self, ops: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Puts and deletes (value None) of one shard as one atomic batch (atomic on every
         replica in the master-slave modes, per key in the active-active modes)."""
         muts = [pb.Mutation(key=k, delete=True) if v is None else pb.Mutation(key=k, value=v) for k, v in ops]
@@ -233,7 +229,7 @@ class Backend:
             async for resp in chunks:
                 out.extend(kv.key for kv in resp.pairs)
         finally:
-            await chunks.aclose()
+            await chunks.aclose()  # type: ignore[attr-defined]  # an async generator
         return out
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ What each mode makes of them (decision 0060, docs/bespokv.md "Redis clients"):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bespokv.datalets.base import RESERVED_PREFIX
@@ -43,11 +44,12 @@ SYNTAX = "ERR syntax error"
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def make_get(key: bytes):
+def make_get(key: bytes) -> Callable[[int], pb.Op]:
+    """The GET of ``key`` for a shard id (what the backend's batches carry)."""
     return lambda s: pb.Op(get=pb.GetRequest(key=key, shard=s))
 
 
-def make_put(key: bytes, value: bytes):
+def make_put(key: bytes, value: bytes) -> Callable[[int], pb.Op]:
     return lambda s: pb.Op(put=pb.PutRequest(key=key, value=value, shard=s))
 
 
@@ -71,7 +73,9 @@ def need_cas(s: Session, key: bytes, name: str) -> None:
         )
 
 
-async def read_modify_write(s: Session, key: bytes, change) -> tuple[bytes | None, bytes | None]:
+async def read_modify_write(
+    s: Session, key: bytes, change: Callable[[bytes | None], bytes | None]
+) -> tuple[bytes | None, bytes | None]:
     """Apply ``change(old) -> new | None`` (None: leave the key alone) by compare-and-set
     until it lands: ``(old, new)``. ``change`` may raise :class:`CommandError`."""
     b = s.backend
