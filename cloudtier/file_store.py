@@ -141,7 +141,7 @@ class FileStore(ClosableMixin, ObjectStore):
             if self._fsync:
                 # The new name, and any new directories' names, must reach the disk too.
                 for d in {os.path.dirname(path), *(os.path.dirname(c) for c in created)}:
-                    _fsync_dir(d)
+                    _fsync_dir_if_present(d)
         except OSError as e:
             raise StoreError(f"put {key!r} in {self._root}: {e}") from e
         finally:
@@ -196,7 +196,7 @@ class FileStore(ClosableMixin, ObjectStore):
                         break
                     d = os.path.dirname(d)
             if self._fsync:
-                _fsync_dir(d)
+                _fsync_dir_if_present(d)
         except OSError as e:
             raise StoreError(f"delete {key!r} in {self._root}: {e}") from e
 
@@ -423,3 +423,13 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _fsync_dir_if_present(path: str) -> None:
+    """Sync a directory a mutation changed, after its lock is released; a directory that
+    is gone was emptied and pruned by a later delete, whose own sync of the surviving
+    parent makes that removal (and so the end state of this mutation) durable."""
+    try:
+        _fsync_dir(path)
+    except FileNotFoundError:
+        pass

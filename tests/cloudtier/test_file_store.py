@@ -202,3 +202,44 @@ def test_disk_errors_become_store_errors_and_leave_no_temp(
         monkeypatch.undo()
         assert store.get("k") == b"old"  # the failed put changed nothing
     assert os.listdir(tmp_path / RESERVED_DIR / "tmp") == []
+
+
+def _racing_fsync(monkeypatch: pytest.MonkeyPatch, race: object) -> None:
+    """Run ``race()`` once, just before the first directory fsync a mutation makes after
+    releasing its lock: where a concurrent delete can prune the directory."""
+    import cloudtier.file_store as file_store
+
+    real = file_store._fsync_dir
+    pending = [race]
+
+    def fsync_dir(path: str) -> None:
+        while pending:
+            pending.pop()()  # type: ignore[operator]
+        real(path)
+
+    monkeypatch.setattr(file_store, "_fsync_dir", fsync_dir)
+
+
+def test_a_put_survives_a_delete_that_prunes_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27 item 16: the put's directory fsync met ENOENT (StoreError) when a delete
+    of the new object emptied and removed the directory between the rename and the fsync."""
+    with FileStore(tmp_path) as store:
+        _racing_fsync(monkeypatch, lambda: store.delete("chunks/ab/x"))
+        store.put("chunks/ab/x", b"1")  # the put came first, then the delete: both succeed
+        assert not (tmp_path / "chunks").exists()
+        store.put("chunks/ab/x", b"2")
+        assert store.get("chunks/ab/x") == b"2"
+
+
+def test_a_delete_survives_another_delete_that_prunes_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FileStore(tmp_path) as store:
+        store.put("chunks/ab/x", b"1")
+        store.put("chunks/ab/y", b"2")
+        # x's delete leaves chunks/ab (y is there); y's delete then removes it before x's fsync
+        _racing_fsync(monkeypatch, lambda: store.delete("chunks/ab/y"))
+        store.delete("chunks/ab/x")
+        assert list(store.list()) == [] and not (tmp_path / "chunks").exists()
