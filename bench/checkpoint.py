@@ -57,6 +57,11 @@ def _peer_python() -> str:
     return str(py)
 
 
+def peer_command(python: str, args: dict[str, Any]) -> list[str]:
+    """The command that runs the fsspec peer (``checkpoint_fsspec.py``) with ``python``."""
+    return [python, str(HERE / "checkpoint_fsspec.py"), json.dumps(args)]
+
+
 class _Timed:
     """Wraps a KVStorageWriter class to time its ``finish`` (the commit)."""
 
@@ -123,8 +128,7 @@ def _throughput(args: argparse.Namespace, tmp: str, s3: Any, sd: dict[str, Any],
         opts = s3.store_options()
         peer_args = {"bytes": args.size, "tensors": args.tensors, "seed": 0, "repeat": args.repeat,
                      "threads": args.threads, "bucket": "bench", **opts}
-        proc = subprocess.run([_peer_python(), str(HERE / "checkpoint_fsspec.py"), json.dumps(peer_args)],
-                              capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(peer_command(_peer_python(), peer_args), capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0:
             raise SystemExit(f"fsspec peer failed:\n{proc.stderr[-3000:]}")
         peer = json.loads(proc.stdout.strip().splitlines()[-1])

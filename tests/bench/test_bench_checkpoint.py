@@ -22,3 +22,18 @@ def test_checkpoint_bench_smoke(tmp_path):
     # 10% of the tensors (one parameter and its Adam state) change per round
     assert second["uploaded_bytes"] == third["uploaded_bytes"] == pytest.approx(res["state_bytes"] / 10, rel=0.01)
     assert "TensorTable" in (tmp_path / "report.md").read_text()
+
+
+def test_fsspec_peer_script_imports_torch_from_any_directory(tmp_path):
+    """Issue 27 item 17: the peer put bench/ first on sys.path, so bench/profile.py shadowed
+    the standard library's profile (torch imports it through cProfile) and the peer died."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.checkpoint import peer_command
+
+    command = peer_command(sys.executable, {})[:-1] + ["--imports"]  # as the benchmark runs it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the peer's venv has no project
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
