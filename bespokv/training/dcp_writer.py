@@ -50,12 +50,14 @@ __all__ = ["KVStorageWriter", "tensor_bytes"]
 def tensor_bytes(t: torch.Tensor) -> tuple[torch.Tensor, memoryview]:
     """A CPU, contiguous version of ``t`` and a byte view of its data (no copy if possible).
 
-    The tensor is returned too: the view is only valid while it is alive.
+    Lazy conjugate and negative views (``x.conj()``, its ``.imag``) are materialized: their
+    memory holds the unconjugated values, and ``view`` refuses them. The tensor is returned
+    too: the view is only valid while it is alive.
     """
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    t = t.contiguous()
+    t = t.resolve_conj().resolve_neg().contiguous()
     if t.numel() == 0:
         return t, memoryview(b"")
     return t, memoryview(t.reshape(-1).view(torch.uint8).numpy())

@@ -89,6 +89,22 @@ def test_every_tensor_round_trips(store):
     assert_same({k: sd[k] for k in ("model", "extra", "step", "note")}, back)
 
 
+def test_conjugate_and_negative_views_round_trip_as_filesystemwriter_does(store, tmp_path):
+    """Issue 27 item 15: ``x.conj()`` (a lazy conjugate view) made ``tensor_bytes`` fail
+    (``view`` is not supported for conjugate views); its ``.imag`` is a lazy negative view."""
+    x = torch.randn(5, 3, dtype=torch.complex64)
+    sd = {"conj": x.conj(), "neg": x.conj().imag, "conj_t": x.t().conj(), "plain": x}
+    assert sd["conj"].is_conj() and sd["neg"].is_neg()
+    dcp.save(sd, storage_writer=KVStorageWriter(store, "run/step-1"))
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp_path / "fsw")))
+    ours = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in sd.items()}
+    theirs = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in sd.items()}
+    dcp.load(ours, storage_reader=KVStorageReader(store, "run/step-1"))
+    dcp.load(theirs, storage_reader=dcp.FileSystemReader(str(tmp_path / "fsw")))
+    for k, v in sd.items():
+        assert torch.equal(ours[k], v.resolve_conj().resolve_neg()) and torch.equal(ours[k], theirs[k]), k
+
+
 def test_optimizer_state_round_trips(store):
     sd = small_training_state(seed=3)
     dcp.save({"optim": sd["optim"]}, storage_writer=KVStorageWriter(store, "r/step-1"))
