@@ -14,9 +14,10 @@ every step run on in-memory lists and dicts, microseconds per call, no RPC:
 Persistence (per model and configuration, so the next run reuses the profile: training
 graphs are static, so 10Cache profiles once): ``save`` writes the rows synchronously;
 ``move`` is write-behind: a background thread writes the dirty locations every
-``flush_interval`` seconds, and ``flush()``/``close()`` write them at once. **A crash loses
-at most the moves of the last ``flush_interval`` seconds** (the rows and every flushed
-location survive); a reloaded table then reports those tensors at their previous tier,
+``flush_interval`` seconds, and ``flush()``/``close()`` write them at once; a failed write
+leaves its batch dirty for the next flush. **A crash loses at most the moves not yet
+flushed: those of the last ``flush_interval`` seconds while the KV takes writes** (the
+rows and every flushed location survive); a reloaded table then reports those tensors at their previous tier,
 which costs a cache one wrong guess per tensor, never a wrong answer about data.
 """
 
@@ -84,7 +85,8 @@ class TensorTable:
             self._tier.setdefault(r.tensor_id, r.tier)
         self._ring = self.rows + self.rows  # plan() slices across the iteration boundary
         self._dirty: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _dirty
+        self._flush_lock = threading.Lock()  # one flush at a time
         self.kv: KV | None = as_kv(kv) if kv is not None else None
         self.key = key
         self.ns = namespace
@@ -165,25 +167,40 @@ class TensorTable:
         self.flush()
 
     def flush(self) -> int:
-        """Write the dirty locations now; return how many."""
+        """Write the dirty locations now; return how many.
+
+        If a write fails, the whole batch is dirty again (a move made meanwhile is newer
+        and stays) and the error is raised: the next flush writes it. One flush at a time,
+        so an older batch never lands after a newer one.
+        """
         if self.kv is None:
             return 0
-        with self._lock:
-            dirty, self._dirty = self._dirty, {}
-        prefix = self._prefix() + b"loc/"
-        for tid, tier in dirty.items():
-            self.kv.put(prefix + tid.encode(), tier.encode())
-        return len(dirty)
+        with self._flush_lock:
+            with self._lock:
+                dirty, self._dirty = self._dirty, {}
+            prefix = self._prefix() + b"loc/"
+            last = len(dirty) - 1
+            try:
+                for i, (tid, tier) in enumerate(dirty.items()):
+                    # unsynced but the last: a durable write makes the earlier ones durable
+                    self.kv.put(prefix + tid.encode(), tier.encode(), durable=i == last)
+            except BaseException:
+                with self._lock:
+                    for tid, tier in dirty.items():
+                        self._dirty.setdefault(tid, tier)
+                raise
+            return len(dirty)
 
     def _flush_loop(self) -> None:
         while not self._stop.wait(self._flush_interval):
             try:
                 self.flush()
-            except Exception:  # the store may be down; the next round retries
+            except Exception:  # the store may be down: the batch stays dirty for the next round
                 pass
 
     def close(self) -> None:
-        """Stop the background writer and flush what is dirty."""
+        """Stop the background writer and flush what is dirty (raising what the KV raises:
+        the moves then stay dirty, and ``flush()`` may be called again)."""
         self._stop.set()
         if self._flusher is not None:
             self._flusher.join(timeout=10)

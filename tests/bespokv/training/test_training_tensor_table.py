@@ -150,3 +150,57 @@ def test_background_flush_writes_moves_without_being_asked():
         TensorTable(rows, kv=kv)  # persisted needs a key
     with pytest.raises(InvalidArgumentError):
         TensorTable(rows).save()
+
+
+class FlakyKV(MemoryKV):
+    """A MemoryKV whose location writes fail while ``failing`` is above zero (one per put)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = 0
+        self.failed = 0
+
+    def put(self, key: bytes, value: bytes, *, durable: bool = True) -> None:
+        if b"/loc/" in key and self.failing > 0:
+            self.failing -= 1
+            self.failed += 1
+            raise OSError("the store is down")
+        super().put(key, value, durable=durable)
+
+
+ONE_ROW_EACH = [TensorRow(t, "parameter", "", "fwd", 1, 4, "float32", "cpu", 0, 0) for t in ("a", "b", "c")]
+
+
+def test_a_failed_flush_keeps_its_moves_for_the_next_one():
+    """Issue 27 item 14: flush() took the whole batch, and a failed write dropped it."""
+    kv = FlakyKV()
+    table = TensorTable(ONE_ROW_EACH, kv=kv, key="k", flush_interval=3600)
+    table.save()
+    table.move("a", "nvme")
+    table.move("b", "gpu")
+    kv.failing = 1
+    with pytest.raises(OSError):
+        table.flush()
+    table.move("b", "nvme")  # a move after the failure is newer than the batch's and wins
+    assert table.flush() == 2
+    assert kv.get(b"training/tt/k/loc/a") == b"nvme" and kv.get(b"training/tt/k/loc/b") == b"nvme"
+    table.close()
+
+
+def test_only_a_crash_loses_moves_when_a_background_flush_failed():
+    import time
+
+    kv = FlakyKV()
+    table = TensorTable(ONE_ROW_EACH, kv=kv, key="k", flush_interval=0.01)
+    table.save()
+    kv.failing = 1
+    table.move("a", "nvme")
+    table.move("b", "gpu")
+    deadline = time.monotonic() + 10
+    while kv.failed == 0:
+        assert time.monotonic() < deadline, "the write-behind thread never tried to flush"
+        time.sleep(0.005)
+    table.close()
+    reloaded = TensorTable.load(kv, "k", flush_interval=3600)
+    assert (reloaded.where("a"), reloaded.where("b"), reloaded.where("c")) == ("nvme", "gpu", "cpu")
+    reloaded.close()
