@@ -10,9 +10,11 @@ How each guarantee is kept:
   the target (atomic on POSIX); fsync the parent directory so the rename survives a crash.
   Readers take no lock: an open file keeps its inode, so they see the old or new object.
 * Etag: the MD5 of the content, stored on the temp file as the extended attribute
-  ``user.cloudtier.etag`` before the rename, so it travels with the inode atomically. On
-  file systems without user xattrs (or for files copied in by hand) the etag is computed
-  by hashing the file, which gives the same value, only slower.
+  ``user.cloudtier.etag`` before the rename, so it travels with the inode atomically,
+  beside ``user.cloudtier.etag-mtime``, the file's mtime (ns) when it was stamped. On file
+  systems without user xattrs, for files copied in by hand, and for files whose mtime is
+  no longer the stamped one (modified in place behind the store's back), the etag is
+  computed by hashing the file, which gives the true value, only slower.
 * Conditional puts, across threads and processes: every mutation (put, delete) holds an
   exclusive ``flock`` on ``.cloudtier/lock`` (plus a thread lock, because ``flock`` on one
   descriptor does not exclude the threads sharing it) while it checks its condition and
@@ -22,8 +24,9 @@ How each guarantee is kept:
 
 Limits: a directory cannot be both a file and a folder, so ``a`` and ``a/b`` cannot both
 exist (``InvalidKeyError`` on the second put; S3 allows it). ``flock`` needs a local file
-system; on NFS use S3 instead. Files must not be modified in place behind the store's back
-(their etag xattr would go stale).
+system; on NFS use S3 instead. A file modified in place behind the store's back without
+changing its mtime (in the clock tick of its put, or by a tool that restores mtimes)
+keeps a stale etag.
 """
 
 from __future__ import annotations
@@ -58,10 +61,14 @@ from cloudtier.store import (
     content_etag,
 )
 
-__all__ = ["FileStore", "ETAG_XATTR", "RESERVED_DIR"]
+__all__ = ["FileStore", "ETAG_XATTR", "ETAG_MTIME_XATTR", "RESERVED_DIR"]
 
 #: Extended attribute holding an object's etag.
 ETAG_XATTR = "user.cloudtier.etag"
+#: Extended attribute holding the file's ``st_mtime_ns`` (decimal) when its etag was set:
+#: a different mtime means the file was written since, and the etag is recomputed.
+#: Files stamped before it existed have none, and their etag xattr is trusted.
+ETAG_MTIME_XATTR = "user.cloudtier.etag-mtime"
 #: Top-level directory for the store's own files; not a valid first key segment.
 RESERVED_DIR = ".cloudtier"
 # Temp files older than this at open time were left by a crashed writer.
@@ -265,6 +272,8 @@ class FileStore(ClosableMixin, ObjectStore):
                 if self._xattrs:
                     try:
                         os.setxattr(f.fileno(), ETAG_XATTR, etag.encode("ascii"))
+                        stamp = os.fstat(f.fileno()).st_mtime_ns  # the rename keeps mtime
+                        os.setxattr(f.fileno(), ETAG_MTIME_XATTR, b"%d" % stamp)
                     except OSError as e:
                         if e.errno not in _NO_XATTR:
                             raise
@@ -323,16 +332,25 @@ class FileStore(ClosableMixin, ObjectStore):
         # One descriptor for size, mtime and etag, so all three describe the same inode
         # even if a put renames a new file over the path meanwhile.
         st = os.fstat(fd)
-        return ObjectInfo(key, st.st_size, self._etag_of(fd, st.st_size), st.st_mtime)
+        return ObjectInfo(key, st.st_size, self._etag_of(fd, st), st.st_mtime)
 
-    def _etag_of(self, fd: int, size: int) -> str:
+    def _etag_of(self, fd: int, st: os.stat_result) -> str:
         if self._xattrs:
             try:
-                return os.getxattr(fd, ETAG_XATTR).decode("ascii")
+                etag = os.getxattr(fd, ETAG_XATTR).decode("ascii")
             except OSError as e:
                 if e.errno not in _NO_XATTR:
                     raise
-        return content_etag(_pread_exact(fd, size, 0))
+            else:
+                try:
+                    stamp = os.getxattr(fd, ETAG_MTIME_XATTR)
+                except OSError as e:
+                    if e.errno not in _NO_XATTR:
+                        raise
+                    return etag  # stamped before mtimes were kept
+                if stamp == b"%d" % st.st_mtime_ns:
+                    return etag
+        return content_etag(_pread_exact(fd, st.st_size, 0))
 
     def _etag_at(self, path: str) -> str | None:
         """The etag of the object at ``path``, or None if there is none."""
@@ -344,7 +362,7 @@ class FileStore(ClosableMixin, ObjectStore):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            return self._etag_of(fd, st.st_size)
+            return self._etag_of(fd, st)
         finally:
             os.close(fd)
 

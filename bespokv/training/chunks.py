@@ -10,7 +10,14 @@ running at the same time (see docs/decisions/0001-checkpoint-chunk-gc.md):
 1. absent record               -> create ``{new token, live, not uploaded, [save]}``;
 2. live record                 -> add ``save`` to its holders (if not there yet);
 3. ``deleting`` record         -> replace it with a fresh incarnation (new token);
-4. upload iff the record (after the CAS) is not marked uploaded, then CAS ``uploaded``.
+4. upload iff the record (after the CAS) is not marked uploaded, then CAS ``uploaded``
+   with the etag the store returned;
+5. a record marked uploaded is checked before the save relies on it: one HEAD, whose size
+   and etag must be the record's. An absent, cut or replaced object (or, on ``file://``,
+   one modified in place) is uploaded again, to the same key: the save holds the very
+   bytes the name stands for, so this repairs every checkpoint that shares the chunk.
+   Damage below the store's etag (bits rotting in an S3 server's disk) is what
+   :func:`~bespokv.training.scrub.scrub` finds, by reading (see decision 0056).
 
 GC deletes a chunk only by CAS-ing a record whose holders are all dead to ``deleting``;
 any pin that happened before makes that CAS fail, and any pin after it makes a new
@@ -20,6 +27,7 @@ incarnation whose object GC never touches. So a chunk referenced by a committed 
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from typing import Any
 
@@ -72,27 +80,37 @@ def pin_and_upload(kv: KV, objects: ObjectStore, ns: bytes, digest: str, data: A
         elif save_id in rec.holders:
             new = rec
         else:
-            new = ChunkRecord(rec.token, LIVE, rec.uploaded, rec.size, rec.holders + (save_id,))
+            new = dataclasses.replace(rec, holders=rec.holders + (save_id,))
         new_raw = new.encode()
         if new_raw == raw or kv.cas(key, raw, new_raw, durable=False):  # the commit syncs it
             break
-    if new.uploaded:
+    if new.uploaded and _stored_intact(objects, object_key(digest, new.token), new):
         return new.token, False
-    objects.put(object_key(digest, new.token), data)
-    _mark_uploaded(kv, key, new.token)
+    etag = objects.put(object_key(digest, new.token), data)
+    _mark_uploaded(kv, key, new.token, etag)
     return new.token, True
 
 
-def _mark_uploaded(kv: KV, key: bytes, token: str) -> None:
-    """Set ``uploaded`` on incarnation ``token`` (a no-op if it is no longer current)."""
+def _stored_intact(objects: ObjectStore, key: str, rec: ChunkRecord) -> bool:
+    """Whether the object of an uploaded record is there with its size and etag: one HEAD."""
+    try:
+        info = objects.head(key)
+    except NotFoundError:
+        return False
+    return info.size == rec.size and (rec.etag is None or info.etag == rec.etag)
+
+
+def _mark_uploaded(kv: KV, key: bytes, token: str, etag: str) -> None:
+    """Set ``uploaded`` and ``etag`` on incarnation ``token`` (a no-op if it is no longer
+    current, or already says so)."""
     while True:
         raw = kv.get(key)
         if raw is None:
             return
         rec = ChunkRecord.decode(raw)
-        if rec.token != token or rec.uploaded:
+        if rec.token != token or (rec.uploaded and rec.etag == etag):
             return
-        done = ChunkRecord(rec.token, rec.state, True, rec.size, rec.holders)
+        done = ChunkRecord(rec.token, rec.state, True, rec.size, rec.holders, etag)
         if kv.cas(key, raw, done.encode(), durable=False):
             return
 

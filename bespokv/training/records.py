@@ -111,16 +111,25 @@ class ChunkRecord:
     uploaded: bool
     size: int
     holders: tuple[str, ...]
+    #: the object store's etag of the upload (what a later save's HEAD must find); None
+    #: until uploaded, and in records written before etags were kept (size is checked then)
+    etag: str | None = None
 
     def encode(self) -> bytes:
-        return _dumps({"v": FORMAT, "token": self.token, "state": self.state,
-                       "up": self.uploaded, "size": self.size, "holders": list(self.holders)})
+        d = {"v": FORMAT, "token": self.token, "state": self.state,
+             "up": self.uploaded, "size": self.size, "holders": list(self.holders)}
+        if self.etag is not None:  # absent rather than null: older records keep their bytes
+            d["etag"] = self.etag
+        return _dumps(d)
 
     @classmethod
     def decode(cls, raw: bytes) -> ChunkRecord:
         d = _loads(raw, "chunk")
         try:
-            return cls(d["token"], d["state"], bool(d["up"]), int(d["size"]), tuple(d["holders"]))
+            etag = d.get("etag")
+            if etag is not None and not isinstance(etag, str):
+                raise TypeError("etag")
+            return cls(d["token"], d["state"], bool(d["up"]), int(d["size"]), tuple(d["holders"]), etag)
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"chunk record is malformed: {raw[:80]!r}") from e
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from cloudtier import ObjectStore
 
-from bespokv.training import catalog, gc
+from bespokv.training import catalog, gc, scrub
 from bespokv.training.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -201,6 +201,7 @@ class CheckpointStore:
     retain = catalog.retain
     runs = catalog.runs
     gc = gc.collect
+    scrub = scrub.scrub
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.kv!r}, {self.objects!r}, namespace={self.ns!r})"

@@ -50,6 +50,24 @@ def test_files_without_xattr_get_their_hash_as_etag(tmp_path: Path) -> None:
         assert store.get("dropped-in") == b"new"
 
 
+def test_a_file_modified_in_place_gets_its_true_etag(tmp_path: Path) -> None:
+    """The etag xattr carries the mtime it was stamped at; a later write changes the mtime,
+    so the etag is computed from the bytes (a checkpoint save's HEAD relies on it)."""
+    with FileStore(tmp_path) as store:
+        stamped = store.put("k", b"content")
+        st = os.stat(tmp_path / "k")
+        with open(tmp_path / "k", "r+b") as f:
+            f.write(b"C")
+        os.utime(tmp_path / "k", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a later clock tick
+        damaged = hashlib.md5(b"Content").hexdigest()
+        assert store.head("k").etag == damaged != stamped
+        assert [o.etag for o in store.list()] == [damaged]
+        with pytest.raises(PreconditionFailedError):
+            store.put("k", b"new", if_match=stamped)
+        store.put("k", b"new", if_match=damaged)
+        assert store.head("k").etag == hashlib.md5(b"new").hexdigest()
+
+
 def test_file_system_without_xattrs_falls_back_to_hashing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -37,7 +37,19 @@ def test_chunk_record_golden():
     rec = ChunkRecord.decode(raw)
     assert rec.token == "00112233aabbccdd" and rec.uploaded and rec.size == 8 << 20
     assert rec.holders == ("18f00000000-0123456789ab", "18f00000001-ba9876543210")
+    assert rec.encode() == raw and rec.etag is None  # written before etags were kept
+
+
+def test_chunk_record_with_etag_golden():
+    """An uploaded chunk's record keeps the store's etag (what a deduplicating save's HEAD
+    must find); the field is absent, not null, when unknown, so older records keep their bytes."""
+    raw = golden("chunk_record_v1_etag.json")
+    rec = ChunkRecord.decode(raw)
+    assert rec == ChunkRecord("00112233aabbccdd", "live", True, 8 << 20, ("18f00000000-0123456789ab",),
+                              "9e107d9d372bb6826bd81d3542a419d6")
     assert rec.encode() == raw
+    with pytest.raises(CheckpointError):
+        ChunkRecord.decode(raw.replace(b'"9e107d9d372bb6826bd81d3542a419d6"', b"5"))
 
 
 @pytest.mark.parametrize("raw", [b"not json", b"[]", b'{"x":1}', b'{"v":2,"state":"committed"}', b'{"v":1,"bogus":1}'])
