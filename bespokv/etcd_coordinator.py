@@ -13,8 +13,11 @@ key                    value
                        ``S`` the map epoch of the transaction that last changed the shard
                        (its *shard epoch*: requests made under an older one are fenced);
                        ``"frozen": true`` is added while a live mode switch drains the
-                       shard (modeswitch.py; absent means false), ``"move": [to, from]``
-                       while a replica moves between nodes (membership.py)
+                       shard (modeswitch.py; absent means false), ``"merge": true``
+                       while its replicas merge each other's values before a switch
+                       from an active-active to a master-slave mode (modeswitch.py),
+                       ``"move": [to, from]`` while a replica moves between nodes
+                       (membership.py)
 ``alive/<id>``         ``{"pid": P}``, attached to the node's lease: present while the
                        node keeps its lease alive (keep-alive every ``lease_ttl / 3``)
 ``switch/<shard>``     ``{"pid": P, "to": "aa-sc"}``, attached to a mode-switch driver's
@@ -230,7 +233,7 @@ class EtcdCoordinator(Coordinator):
                 move = value.get("move")
                 shards[sid] = ShardInfo(
                     sid, value["mode"], tuple(value["replicas"]), int(value["epoch"]), bool(value.get("frozen", False)),
-                    (str(move[0]), str(move[1])) if move else None,
+                    (str(move[0]), str(move[1])) if move else None, bool(value.get("merge", False)),
                 )
             elif name.startswith("alive/"):
                 alive.add(name[len("alive/") :])
@@ -455,6 +458,8 @@ def _shard_value(s: ShardInfo, epoch: int) -> bytes:
         value["frozen"] = True
     if s.move:  # only while a replica moves to another node (membership.py)
         value["move"] = list(s.move)
+    if s.merge:  # only while the replicas merge before an aa -> ms switch (modeswitch.py)
+        value["merge"] = True
     return json.dumps(value).encode()
 
 

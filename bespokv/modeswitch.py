@@ -17,22 +17,29 @@ the coordinator (etcd: every step is one compare-and-swap on the map epoch) and 
    A driver that dies here (killed, its machine lost) leaves the shard frozen: the driver
    holds a lease for the whole switch (``switch/<shard>`` in etcd_coordinator.py), and
    once it expires the shard's replicas lift the freeze (:func:`orphaned`).
-3. **Switch.** One CAS sets the new mode and lifts the freeze, only if the shard is still
-   exactly the drained one (a failover in between fails the switch as in 2). Each node,
-   on installing that map, takes the shard's old controlet out of service in the same step
-   (calls get OVERLOADED, retried), stops it, converts the replica's stored form on its
-   worker thread (``representation.py``: ms -> aa versions every value with the replica's
-   position, which the drain made equal on every replica; aa -> ms has the new head
-   merge every replica's versions, then full copies to the others) and starts the new
-   controlet.
-4. **Serving.** Wait until every replica reports the shard in the new mode and ready.
+3. **Merge** (aa -> ms only, decision 0049). One CAS sets ``merge`` on the drained entry;
+   every replica merges every other one's versioned values into its own and stores a
+   marker naming the history the shard will start (registers.py). Wait until each
+   reports it (``merged_epoch``). As in 2, a replica that does not answer fails the switch.
+4. **Switch.** One CAS sets the new mode and lifts the freeze, only if the shard is still
+   exactly the drained (merging) one (a failover in between fails the switch as in 2).
+   Each node, on installing that map, takes the shard's old controlet out of service in
+   the same step (calls get OVERLOADED, retried), stops it, converts the replica's stored
+   form on its worker thread (``representation.py``: ms -> aa versions every value with
+   the replica's position, which the drain made equal on every replica; aa -> ms rewrites
+   the merged values plain with the marker's history at seq 0, the same on every replica,
+   in one batch) and starts the new controlet. A replica that dies from here on is an
+   ordinary failure of the new mode (failover, rejoin); one that restarts before the
+   failover converts as it opens.
+5. **Serving.** Wait until every replica the map lists now reports the shard in the new
+   mode and ready.
 
 So no acknowledged write is lost (the drain leaves none in flight, and every replica holds
 the same writes before its form changes), reads pause only for the conversion and the new
 controlet's start, and writes pause from the freeze to the new controlet's start (both
 measured in docs/cluster.md). aa-ec -> aa-sc goes through ms-sc: LWW replicas may differ,
-and only the master-slave head's merge of every replica makes them equal before quorum
-reads start counting on a majority.
+and only the merge of every replica makes them equal before quorum reads start counting
+on a majority.
 """
 
 from __future__ import annotations
@@ -106,9 +113,13 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
             raise _Abort("already switched")
         await wait_drained(peers, frozen, deadline)
         drained = time.monotonic()
+        if before.startswith("aa") and to.startswith("ms"):
+            frozen = await _merge(coordinator, peers, frozen, deadline)
 
         def switch(s: ShardInfo) -> ShardInfo | None:
-            return dataclasses.replace(s, mode=to, frozen=False) if s == frozen else None
+            if s != frozen:
+                return None
+            return dataclasses.replace(s, mode=to, frozen=False, merge=False)
 
         new = await coordinator.change_shard(shard, switch)
         if new is None:
@@ -122,8 +133,36 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
             return SwitchReport(shard, before, to, frozen.epoch, frozen.epoch, 0.0, time.monotonic() - start)
         raise
     switched = new.shard(shard)
-    await _wait_serving(peers, switched, deadline)
+    await _wait_serving(coordinator, peers, switched, deadline)
     return SwitchReport(shard, before, to, frozen.epoch, switched.epoch, drained - start, time.monotonic() - start)
+
+
+async def _merge(coordinator: Coordinator, peers: PeerPool, drained: ShardInfo, deadline: float) -> ShardInfo:
+    """aa -> ms, step 2b: one CAS asks the drained shard's replicas to merge each other's
+    values (``merge``); wait until each has (its status's ``merged_epoch``). Returns the
+    merging entry, which the switch's CAS must find unchanged."""
+
+    def ask(s: ShardInfo) -> ShardInfo | None:
+        return dataclasses.replace(s, merge=True) if s == drained and not s.merge else None
+
+    await coordinator.change_shard(drained.id, ask)  # None: asked already (a switch resumed)
+    merging = coordinator.shard_map().shard(drained.id)
+    if merging != dataclasses.replace(drained, merge=True, epoch=merging.epoch):
+        raise UnavailableError(f"shard {drained.id} changed while it drained for the mode switch; it stays {drained.mode}")
+    while True:
+        why: list[str] = []
+        for node, st in (await _stats(peers, merging.replicas)).items():
+            s = st if isinstance(st, str) else _shard_status(st, merging.id)
+            if isinstance(s, str):
+                why.append(s)
+            elif s is None or s.info.get("merged_epoch") != str(merging.epoch):
+                why.append(f"{node} has not merged the other replicas' values yet")
+        if not why:
+            return merging
+        if time.monotonic() > deadline:
+            raise UnavailableError(f"shard {merging.id} did not merge for the mode switch: {'; '.join(why)}; "
+                                   f"it stays {merging.mode}")
+        await asyncio.sleep(POLL)
 
 
 def freeze(s: ShardInfo) -> ShardInfo | None:
@@ -132,8 +171,9 @@ def freeze(s: ShardInfo) -> ShardInfo | None:
 
 
 def thaw(s: ShardInfo) -> ShardInfo | None:
-    """The freeze lifted (a ``change_shard`` function); None if there is none."""
-    return dataclasses.replace(s, frozen=False) if s.frozen else None
+    """The freeze (and a merge it asked for) lifted (a ``change_shard`` function); None if
+    there is none."""
+    return dataclasses.replace(s, frozen=False, merge=False) if s.frozen else None
 
 
 def orphaned(s: ShardInfo, switching: set[int]) -> bool:
@@ -191,9 +231,15 @@ async def wait_drained(peers: PeerPool, frozen: ShardInfo, deadline: float) -> N
         await asyncio.sleep(POLL)
 
 
-async def _wait_serving(peers: PeerPool, info: ShardInfo, deadline: float) -> None:
+async def _wait_serving(coordinator: Coordinator, peers: PeerPool, switched: ShardInfo, deadline: float) -> None:
+    """Until every replica of the shard serves it in the new mode: the replicas of the map
+    as it is now, since a replica that died after the switch is dropped by the new mode's
+    failover and comes back by its rejoin."""
     while True:
         why: list[str] = []
+        info = coordinator.shard_map().shards.get(switched.id, switched)
+        if info.mode != switched.mode:
+            raise UnavailableError(f"shard {info.id} switched to {switched.mode}, then to {info.mode} meanwhile")
         for node, st in (await _stats(peers, info.replicas)).items():
             if isinstance(st, str):
                 why.append(st)

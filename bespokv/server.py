@@ -30,6 +30,7 @@ from bespokv import opcodec, representation
 from bespokv.config import ClusterConfig, Limits, TlsConfig
 from bespokv.controlets import ShardContext, make_controlet
 from bespokv.controlets.base import Controlet
+from bespokv.controlets.registers import VersionedControlet
 from bespokv.coordinator import Coordinator, make_coordinator
 from bespokv.datalets import DataletFactory, make_datalet
 from bespokv.datalets.base import RESERVED_PREFIX, Datalet, Op
@@ -48,6 +49,7 @@ from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.membership import take_over
 from bespokv.modeswitch import orphaned, thaw
+from bespokv.reconcile import switch_merge_asked
 from bespokv.rejoin import rejoin
 from bespokv.repair import ask_move, replacement, shortfalls
 from bespokv.routing import read_node, write_node
@@ -237,6 +239,7 @@ class Node:
         self.server = server
         for c in self.controlets.values():
             await c.start()
+        await self._merge_for_switches(smap)
         self.coordinator.subscribe(self._on_map)
         self.coordinator.subscribe_alive(self._on_alive)
         self._lift_orphaned_freezes(self.shard_map)  # a driver that died while this node was down
@@ -364,8 +367,21 @@ class Node:
                     # what it held when it connected under this epoch.
                     log.warning("node %s: replica of shard %s again (epoch %d)", self.node_id, info.id, smap.epoch)
                     await self._open_replica(info).start()
+            await self._merge_for_switches(smap)
         self._rejoin_missing()
         self._start_moves()
+
+    async def _merge_for_switches(self, smap: ShardMap) -> None:
+        """Start the merge a switch to a master-slave mode asks each local active-active
+        replica for (``merge``: registers.py), and end it, with its marker, where the map
+        no longer asks."""
+        for sid, c in list(self.controlets.items()):
+            if isinstance(c, VersionedControlet):
+                info = smap.shards.get(sid)
+                if info is not None and switch_merge_asked(info, self.node_id):
+                    c.merge_for_switch(info)
+                else:
+                    await c.end_switch_merge()
 
     def _start_moves(self) -> None:
         """Run every move of a replica to this node that the map asks for (membership.py)."""

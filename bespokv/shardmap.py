@@ -51,7 +51,9 @@ class ShardInfo:
     of the shard are refused (fencing). ``frozen``: a live mode switch is draining the
     shard (modeswitch.py): its nodes refuse new writes (not applied; retried), reads go on.
     ``move``: ``(to, from_)`` while membership.py moves the replica of node ``from_`` to
-    node ``to`` (``to`` copies it, then takes ``from_``'s place in one CAS)."""
+    node ``to`` (``to`` copies it, then takes ``from_``'s place in one CAS). ``merge``:
+    set on a frozen, drained active-active shard that switches to a master-slave mode:
+    every replica merges the others' values into its own before the switch (modeswitch.py)."""
 
     id: int
     mode: str
@@ -59,6 +61,7 @@ class ShardInfo:
     epoch: int = 1
     frozen: bool = False
     move: tuple[str, str] | None = None
+    merge: bool = False
 
     @property
     def head(self) -> str:

@@ -88,6 +88,7 @@ class LwwControlet(VersionedControlet):
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self._stop_switch_merge()
         self.close_batchers()
 
     async def reconfigure(self, info: ShardInfo) -> None:

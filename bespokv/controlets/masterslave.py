@@ -144,6 +144,11 @@ class MasterSlaveControlet(Controlet):
         if self.expected_upstream() != old_upstream:
             self._session += 1  # the old upstream's stream ends at its next message
         if self.is_head and not was_head:
+            if self.stored_versions:
+                # Still the values of an active-active mode (an offline switch whose head
+                # died): merge the others' and rewrite them before serving, as a head would.
+                self._tasks.append(asyncio.ensure_future(self._recover()))
+                return
             if not self.store.history:
                 self.store.adopt_history(os.urandom(16))
             self._set_synced(True)
@@ -199,13 +204,14 @@ class MasterSlaveControlet(Controlet):
         self._set_synced(True)
 
     async def _merge_versions(self) -> None:
-        """After a switch from an active-active mode: merge every other replica's versioned
-        values into ours (each must answer; an acknowledged write may be on any of them),
-        then rewrite ours plain. Our history is then empty, so ``_recover`` starts a new
-        one and every other replica gets a full copy."""
-        pending = list(self.ctx.others)
-        while pending:
-            for node in list(pending):
+        """After an offline switch from an active-active mode: merge every other replica's
+        versioned values into ours (each replica the map lists must answer; an acknowledged
+        write may be on any of them; one the failover dropped is not waited for), then
+        rewrite ours plain. Our history is then empty, so ``_recover`` starts a new one and
+        every other replica gets a full copy."""
+        done: set[str] = set()
+        while pending := [n for n in self.ctx.others if n not in done]:  # the replicas now
+            for node in pending:
                 try:
                     call = self.ctx.peers.peer(node).Export(
                         pb.ExportRequest(shard=self.ctx.shard_id),
@@ -214,12 +220,12 @@ class MasterSlaveControlet(Controlet):
                     async for chunk in call:
                         pairs = [(kv.key, kv.value) for kv in chunk.pairs]
                         await self.datalet.run(representation.merge_newer, self.datalet.inner, pairs)
-                    pending.remove(node)
+                    done.add(node)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # retried until every replica has answered
                     log.info("shard %s: merging versions from %s failed: %r", self.ctx.shard_id, node, exc)
-            if pending:
+            if any(n not in done for n in self.ctx.others):
                 await asyncio.sleep(0.3)
         live = await self.datalet.run(representation.to_plain, self.datalet.inner)
         self.stored_versions = False
@@ -251,6 +257,10 @@ class MasterSlaveControlet(Controlet):
         )
 
     async def on_pull(self, request: pb.PullRequest) -> AsyncIterator[pb.ReplMessage]:
+        if self.stored_versions:  # a copy of them would be read as plain values
+            raise UnavailableError(
+                f"shard {self.ctx.shard_id}: {self.ctx.node_id} holds an active-active mode's values, not merged yet"
+            )
         messages = feed(
             self.store, self.ctx.shard_id, request.position, follow=False, owner=object(),
             chunk=self.ctx.tuning.export_chunk,

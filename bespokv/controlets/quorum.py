@@ -93,6 +93,7 @@ class QuorumControlet(VersionedControlet):
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._stop_switch_merge()
         self.close_batchers()
 
     def role(self) -> str:

@@ -20,14 +20,16 @@ from typing import Any, TypeVar
 
 import xxhash
 
-from bespokv import versioned
+from bespokv import representation, versioned
 from bespokv.batcher import AutoBatcher
 from bespokv.controlets.base import Controlet, ShardContext, user_end
+from bespokv.controlets.replstore import MERGED_KEY
 from bespokv.datalets.base import RESERVED_PREFIX
 from bespokv.errors import DeadlineExceededError, Error, UnavailableError
 from bespokv.hashring import key_hash
 from bespokv.peers import rpc_error
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.shardmap import ShardInfo
 
 __all__ = ["VersionedControlet", "QuorumError", "DIGEST_BUCKETS", "bucket_of", "digest_of"]
 
@@ -115,6 +117,75 @@ class VersionedControlet(Controlet):
         if not ctx.tuning.group_commit:  # one call per group, as many on the worker as come
             self._store_group = AutoBatcher(self._store_groups, max_batch=1, max_inflight=1 << 30)
         self._rebuild_digests()
+        #: the shard epoch whose switch merge this replica has finished (0: none)
+        self.merged_epoch = 0
+        self._switch_merge: asyncio.Task[None] | None = None
+        self._switch_merge_epoch = 0
+        #: whether the datalet may hold MERGED_KEY (unknown at the start)
+        self._marker_maybe = True
+
+    # -- before a live switch to a master-slave mode (modeswitch.py, decision 0049) ---------
+
+    def merge_for_switch(self, info: ShardInfo) -> None:
+        """``info`` (frozen and drained) asks its replicas to merge before it switches to a
+        master-slave mode: pull every other replica's values into this one (newest version
+        wins; every replica must answer, retried until they do), then store ``MERGED_KEY``
+        (the history the switch gives the shard) and report ``merged_epoch``. No new
+        version appears meanwhile (the shard is frozen and drained: stragglers and repairs
+        carry versions that exist already), so every replica ends with the same values.
+        Stopped by :meth:`stop` (before the switch converts the replica) or by
+        :meth:`end_switch_merge` (the switch was called off)."""
+        if self._switch_merge_epoch == info.epoch:
+            return
+        if self._switch_merge is not None:
+            self._switch_merge.cancel()
+        self._switch_merge_epoch = info.epoch
+        self._switch_merge = asyncio.ensure_future(self._merge_all(info))
+
+    async def _merge_all(self, info: ShardInfo) -> None:
+        pending = [r for r in info.replicas if r != self.ctx.node_id]
+        while pending:
+            for node in list(pending):
+                try:
+                    await self.pull_export(node)
+                    pending.remove(node)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # retried: every replica must answer
+                    log.info("shard %s: merging %s's values for the switch failed: %r", info.id, node, exc)
+            if pending:
+                await asyncio.sleep(0.2)
+        self._marker_maybe = True
+        await self.datalet.write([(MERGED_KEY, representation.switch_history(info.id, info.epoch))])
+        self.merged_epoch = info.epoch
+        log.info("shard %s: %s merged every replica's values (epoch %d)", info.id, self.ctx.node_id, info.epoch)
+
+    async def end_switch_merge(self) -> None:
+        """The shard is not merging for a switch (any more): stop a merge, and drop the
+        marker a called-off switch left, since writes may come again and this replica then
+        no longer holds every replica's values."""
+        task, self._switch_merge = self._switch_merge, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._switch_merge_epoch = self.merged_epoch = 0
+        if self._marker_maybe:
+            if await self.datalet.get(MERGED_KEY) is not None:
+                await self.datalet.write([(MERGED_KEY, None)])
+            self._marker_maybe = False
+
+    async def _stop_switch_merge(self) -> None:
+        """(from the subclasses' stop) A merge must not write after the replica converts."""
+        task = self._switch_merge
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def status(self) -> pb.ShardStatus:
+        st = super().status()
+        if self.merged_epoch:
+            st.info["merged_epoch"] = str(self.merged_epoch)
+        return st
 
     # -- local store ----------------------------------------------------------------------
 

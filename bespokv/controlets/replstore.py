@@ -20,7 +20,10 @@ from bespokv.datalets.worker import DataletWorker
 from bespokv.errors import CorruptionError, WrongShardError
 from bespokv.proto import bespokv_pb2 as pb
 
-__all__ = ["POSITION_KEY", "FORMAT_KEY", "ReplicatedStore", "decode_position", "ops_from_mutations"]
+__all__ = [
+    "POSITION_KEY", "FORMAT_KEY", "MERGED_KEY", "ReplicatedStore", "encode_position", "decode_position",
+    "ops_from_mutations",
+]
 
 T = TypeVar("T")
 
@@ -28,10 +31,14 @@ T = TypeVar("T")
 POSITION_KEY = RESERVED_PREFIX + b"bespokv/position"
 #: The stored form of the replica's values (frozen; see representation.py).
 FORMAT_KEY = RESERVED_PREFIX + b"bespokv/format"
+#: Present only in an active-active replica that has merged every other replica's values
+#: for a live switch to a master-slave mode: the 16-byte history id its plain form will
+#: start (frozen; see representation.py).
+MERGED_KEY = RESERVED_PREFIX + b"bespokv/merged"
 _POS = struct.Struct(">Q")
 
 
-def _encode_position(history: bytes, seq: int) -> bytes:
+def encode_position(history: bytes, seq: int) -> bytes:
     return _POS.pack(seq) + history
 
 
@@ -128,7 +135,7 @@ class ReplicatedStore:
         if not self.history:
             self.history = os.urandom(16)
         seq = self.seq + 1
-        await self.datalet.write([*ops, (POSITION_KEY, _encode_position(self.history, seq))])
+        await self.datalet.write([*ops, (POSITION_KEY, encode_position(self.history, seq))])
         self.seq = seq
         self.log.append(seq, ops)
         self._notify()
@@ -155,7 +162,7 @@ class ReplicatedStore:
         else:
             ops = [op for _, batch in todo for op in batch]
         last = todo[-1][0]
-        ops.append((POSITION_KEY, _encode_position(self.history, last)))
+        ops.append((POSITION_KEY, encode_position(self.history, last)))
         await self.datalet.write(ops)
         for seq, batch in todo:
             self.log.append(seq, batch)
@@ -186,7 +193,7 @@ class ReplicatedStore:
 
     async def finish_copy(self, position: pb.Position) -> None:
         async def finish() -> None:
-            await self.datalet.write([(POSITION_KEY, _encode_position(position.history, position.seq))])
+            await self.datalet.write([(POSITION_KEY, encode_position(position.history, position.seq))])
             self.history, self.seq = position.history, position.seq
             self.log.reset(self.seq)
             self.generation += 1
