@@ -26,7 +26,11 @@ the shard by CAS; node T runs :func:`take_over`, which the map tells it to):
 
 A failure in 2 or 3 lifts the freeze; T retries the move from 1 while the map still asks
 for it. If T dies (its lease expires), the shard's other replicas clear the move and any
-freeze it left, and the driver reports the move as cancelled.
+freeze it left, and the driver reports the move as cancelled. If F dies, a master-slave
+shard fails over without it, which ends T's drain at once (the shard changed), and T
+starts over on the shard as it is now, F already out. If T entered the shard another way
+first (a rejoin or a repair), it clears the move as done (reconcile.end_moot_move); the
+driver plans each move of ``add`` on the map as it is then.
 
 Active-active shards move the same way, except that step 1 and the pull of step 2 are
 merges: T empties its replica and merges every replica's versioned values (``Peer.Export``,
@@ -55,6 +59,7 @@ from bespokv.errors import InvalidArgumentError, UnavailableError
 from bespokv.modeswitch import freeze, thaw, wait_drained
 from bespokv.peers import PeerPool
 from bespokv.proto import bespokv_pb2 as pb
+from bespokv.reconcile import end_moot_move
 from bespokv.rejoin import source_of
 from bespokv.shardmap import ShardInfo, ShardMap
 
@@ -83,8 +88,12 @@ async def take_over(
     taken the donor's place; False when the map no longer asks for the move.
     ``observe(ts)``: the node's clock sees the newest version merged (active-active)."""
     info = coordinator.shard_map().shard(shard)
-    if info.move is None or info.move[0] != me or me in info.replicas:
+    if info.move is None or info.move[0] != me:
         return False
+    if me in info.replicas:  # came in another way (a rejoin, a repair): nothing to copy
+        if await coordinator.change_shard(shard, end_moot_move(me)) is not None:
+            log.warning("node %s: already a replica of shard %s; its move from %s is done", me, shard, info.move[1])
+        return True
     donor = info.move[1]
     # A frozen shard with a move is this move's own earlier attempt: a mode switch does not
     # start on a moving shard, and a move is not asked for on a frozen one.
@@ -103,7 +112,13 @@ async def take_over(
     try:
         if frozen.move != (me, donor) or not frozen.frozen:
             raise UnavailableError(f"shard {shard} changed while {me} copied it")
-        await wait_drained(peers, _live(coordinator, frozen, donor), time.monotonic() + DRAIN_TIMEOUT)
+        # A failover in the drain (the donor died: master-slave drops it) fails the drain
+        # at once, so the freeze is lifted within the failover, not after DRAIN_TIMEOUT.
+        await wait_drained(
+            peers, frozen, time.monotonic() + DRAIN_TIMEOUT,
+            current=lambda: coordinator.shard_map().shard(shard),
+            skip=lambda: set() if master_slave else {donor} & coordinator.down(),
+        )
         if master_slave:
             await pull(store, peers, shard, source_of(frozen), me)  # exact now
         else:  # newest version wins, so a second full pass adds what came meanwhile
@@ -202,10 +217,15 @@ def plan_remove(smap: ShardMap, node: str) -> list[tuple[int, str]]:
     return moves
 
 
-async def move_replica(coordinator: Coordinator, shard: int, to: str, from_: str, timeout: float) -> None:
-    """Ask for one move by CAS and wait until ``to`` has taken ``from_``'s place."""
+async def move_replica(coordinator: Coordinator, shard: int, to: str, from_: str, timeout: float) -> bool:
+    """Ask for one move by CAS and wait until ``to`` has taken ``from_``'s place, or is in
+    the shard by another way (a rejoin or a repair put it there first: the move is then
+    moot, and ``to`` clears it): True. False when there was nothing to move (``from_`` had
+    left the shard before the ask, a failover dropped it)."""
+    seen: list[ShardInfo] = []
 
     def ask(s: ShardInfo) -> ShardInfo | None:
+        seen.append(s)
         if to in s.replicas or from_ not in s.replicas:
             return None
         if s.move is not None and s.move != (to, from_):
@@ -214,12 +234,17 @@ async def move_replica(coordinator: Coordinator, shard: int, to: str, from_: str
             raise UnavailableError(f"shard {shard} is frozen by a mode switch; move it after")
         return dataclasses.replace(s, move=(to, from_))
 
-    await coordinator.change_shard(shard, ask)
+    if await coordinator.change_shard(shard, ask) is None:
+        s = seen[-1]  # as etcd had it
+        if to in s.replicas:
+            return True
+        if from_ not in s.replicas:
+            return False
     deadline = time.monotonic() + timeout
     while True:
         s = coordinator.shard_map().shard(shard)
-        if to in s.replicas and from_ not in s.replicas:
-            return
+        if to in s.replicas and (from_ not in s.replicas or s.move is None):
+            return True
         if s.move is None:
             raise UnavailableError(f"shard {shard}: the move {from_} -> {to} was cancelled ({to} went down?)")
         if time.monotonic() > deadline:
@@ -247,9 +272,17 @@ async def add_node(
         if time.monotonic() > deadline:
             raise UnavailableError(f"node {node} did not come up (no lease) within {timeout:g} s")
         await asyncio.sleep(0.05)
-    moves = plan_add(coordinator.shard_map(), node)
-    for shard, donor in moves:
-        await move_replica(coordinator, shard, node, donor, max(1.0, deadline - time.monotonic()))
+    # Planned again after each move: a failover meanwhile changes the loads, and the new
+    # node may enter a shard left short by a rejoin (its config gives it the shard).
+    moves: list[tuple[int, str]] = []
+    while plan := plan_add(coordinator.shard_map(), node):
+        shard, donor = plan[0]
+        if await move_replica(coordinator, shard, node, donor, max(1.0, deadline - time.monotonic())):
+            moves.append((shard, donor))
+        elif time.monotonic() > deadline:
+            raise UnavailableError(f"node {node}: no move could be made within {timeout:g} s")
+        else:
+            await asyncio.sleep(0.05)  # the map changed under the plan: plan again on the new one
     return moves
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -111,7 +112,7 @@ async def _switch_once(coordinator: Coordinator, peers: PeerPool, shard: int, to
     try:
         if before == to:  # a resumed switch whose mode change had landed: just lift the freeze
             raise _Abort("already switched")
-        await wait_drained(peers, frozen, deadline)
+        await wait_drained(peers, frozen, deadline, current=lambda: coordinator.shard_map().shard(shard))
         drained = time.monotonic()
         if before.startswith("aa") and to.startswith("ms"):
             frozen = await _merge(coordinator, peers, frozen, deadline)
@@ -203,13 +204,28 @@ def _shard_status(st: pb.NodeStatus, shard: int) -> pb.ShardStatus | None:
     return next((s for s in st.shards if s.shard == shard), None)
 
 
-async def wait_drained(peers: PeerPool, frozen: ShardInfo, deadline: float) -> None:
+async def wait_drained(
+    peers: PeerPool,
+    frozen: ShardInfo,
+    deadline: float,
+    *,
+    current: Callable[[], ShardInfo] | None = None,
+    skip: Callable[[], set[str]] = set,
+) -> None:
     """Until every replica has the frozen map, runs no write of the shard, and (master-slave)
-    holds the head's sequence number."""
+    holds the head's sequence number. ``current()``: the shard as the map has it now; when
+    it is no longer ``frozen`` (a failover dropped a replica, the freeze was lifted), the
+    drain fails at once instead of waiting for a dead replica until ``deadline``: the
+    compare that follows a drain would fail anyway. ``skip()``: replicas not to wait for
+    (an active-active move's donor while it is down)."""
     while True:
+        if current is not None and current() != frozen:
+            raise UnavailableError(f"shard {frozen.id} changed while it drained (a failover, or its freeze lifted)")
         why: list[str] = []
         seqs: dict[str, int] = {}
-        for node, st in (await _stats(peers, frozen.replicas)).items():
+        left_out = skip()
+        nodes = tuple(r for r in frozen.replicas if r not in left_out)
+        for node, st in (await _stats(peers, nodes)).items():
             if isinstance(st, str):
                 why.append(st)
                 continue

@@ -41,6 +41,7 @@ from bespokv.controlets.replstore import ReplicatedStore
 from bespokv.coordinator import Coordinator
 from bespokv.datalets.worker import DataletWorker
 from bespokv.peers import PeerPool
+from bespokv.reconcile import may_rejoin
 from bespokv.shardmap import ShardInfo
 
 __all__ = ["rejoin", "source_of"]
@@ -67,7 +68,8 @@ async def rejoin(
     tuning: Tuning,
 ) -> bool:
     """Run steps 1-3 for ``shard`` until ``me`` is one of its replicas again (True), or the
-    shard no longer needs it (it has ``replicas`` replicas already: False). ``worker``
+    shard no longer needs it, or not now (reconcile.may_rejoin: it has ``replicas``
+    replicas already, or a move or a freeze is under way: False). ``worker``
     gives the replica's datalet worker (made on first use). Retries every failure."""
     while True:
         # Only a node that holds its lease may join: the cluster drops only nodes whose
@@ -78,7 +80,7 @@ async def rejoin(
         info = coordinator.shard_map().shard(shard)
         if me in info.replicas:
             return True
-        if len(info.replicas) >= replicas or not info.replicas:
+        if not may_rejoin(info, me, replicas):  # full, or a move or a freeze under way
             return False
         source = source_of(info)
         try:

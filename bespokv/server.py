@@ -49,7 +49,7 @@ from bespokv.peers import PeerPool, rpc_error
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.membership import take_over
 from bespokv.modeswitch import orphaned, thaw
-from bespokv.reconcile import switch_merge_asked
+from bespokv.reconcile import moves_to_take, rejoins, switch_merge_asked
 from bespokv.rejoin import rejoin
 from bespokv.repair import ask_move, replacement, shortfalls
 from bespokv.routing import read_node, write_node
@@ -387,10 +387,10 @@ class Node:
         """Run every move of a replica to this node that the map asks for (membership.py)."""
         if not self.coordinator.dynamic or self._stopping:
             return
-        for info in self.shard_map.shards.values():
-            if info.move is not None and info.move[0] == self.node_id and info.id not in self._moving:
-                self._moving.add(info.id)
-                self._spawn(self._take_over(info.id))
+        for sid in moves_to_take(self.shard_map, self.node_id):
+            if sid not in self._moving:
+                self._moving.add(sid)
+                self._spawn(self._take_over(sid))
 
     async def _take_over(self, shard: int) -> None:
         try:
@@ -411,22 +411,14 @@ class Node:
 
     def _rejoin_missing(self) -> None:
         """Start a rejoin (rejoin.py) for every master-slave shard the config gives this
-        node that the map has dropped it from and that runs short of replicas."""
+        node that the map has dropped it from and that runs short of replicas, with no
+        move or freeze under way (reconcile.rejoins)."""
         if not self.coordinator.dynamic or self._stopping:
             return
-        smap = self.shard_map
-        for home in self._home.shards_of(self.node_id):
-            info = smap.shards.get(home.id)
-            if (
-                info is None
-                or info.mode not in ("ms-sc", "ms-ec")
-                or self.node_id in info.replicas
-                or home.id in self._rejoining
-                or len(info.replicas) >= len(home.replicas)
-            ):
-                continue
-            self._rejoining.add(home.id)
-            self._spawn(self._rejoin(home.id, len(home.replicas)))
+        for sid, count in rejoins(self._home, self.shard_map, self.node_id).items():
+            if sid not in self._rejoining:
+                self._rejoining.add(sid)
+                self._spawn(self._rejoin(sid, count))
 
     async def _rejoin(self, shard: int, replicas: int) -> None:
         try:

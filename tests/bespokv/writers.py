@@ -45,7 +45,7 @@ class _Load:
 
 class Writer(_Load):
     """One thread writing distinct keys in batches of 10; records what was acknowledged,
-    and when each shard last took a write."""
+    and when each shard took a write (``last_ok``: the last time; ``oks``: every time)."""
 
     def __init__(self, client, prefix: bytes = b"f") -> None:
         super().__init__()
@@ -54,6 +54,7 @@ class Writer(_Load):
         self.acked: dict[bytes, bytes] = {}
         self.errors: list[str] = []
         self.last_ok: dict[int, float] = {}
+        self.oks: dict[int, list[float]] = {}
 
     def _run(self) -> None:
         i = 0
@@ -68,7 +69,10 @@ class Writer(_Load):
                     self.errors.append(repr(exc))
                     continue
                 self.acked[k] = v
-                self.last_ok[smap.shard_for(k)] = time.monotonic()
+                shard, now = smap.shard_for(k), time.monotonic()
+                self.last_ok[shard] = now
+                self.oks.setdefault(shard, []).append(now)
+
 
 
 
