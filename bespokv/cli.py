@@ -110,6 +110,12 @@ def render_status(status: Any, shard_map: Any | None = None) -> str:
             )
         else:
             lines.append(f"{n.id:<6} {n.address:<21} {'DOWN':<5} {'-':>7} {'-':>8} {'-':<10} {n.error[:60]}")
+    lapsed = [n for n in nodes if n.up and n.counters.get("lease_lapses", 0)]
+    if lapsed:  # a live node the cluster took for dead (its lease expired while it ran)
+        lines += ["", "LEASE LAPSES (live nodes whose lease expired: the cluster failed them over)"]
+        lines += [f"{n.id:<6} {int(n.counters['lease_lapses'])}x, last {n.counters.get('lease_last_lapse_ago_s', 0):.0f} s ago; "
+                  f"longest keep-alive gap {n.counters.get('lease_longest_gap_s', 0):.2f} s, "
+                  f"lease {n.counters.get('lease_ttl_s', 0):g} s" for n in lapsed]
     # Per shard: every replica's role, readiness and position, with lag.
     per_shard: dict[int, list[tuple[str, Any]]] = {}
     for n in nodes:

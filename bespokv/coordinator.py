@@ -73,6 +73,13 @@ class Coordinator(abc.ABC):
         """Nodes of the map known to be down (none, for a coordinator without liveness)."""
         return set()
 
+    def lease_stats(self) -> dict[str, float]:
+        """This node's liveness lease, for its status: ``lease_ttl_s``, ``lease_lapses``
+        (times it found its lease expired while it ran: the cluster took it for dead),
+        ``lease_last_lapse_ago_s`` and ``lease_longest_gap_s`` (the longest time between
+        two keep-alives). Empty for a coordinator without leases."""
+        return {}
+
     def can_serve(self) -> bool:
         """False while this node cannot be sure it is still a member (its lease may have
         expired, so the cluster may have failed over without it): it then serves nothing

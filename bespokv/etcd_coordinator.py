@@ -123,6 +123,12 @@ class EtcdCoordinator(Coordinator):
         #: monotonic time the lease was last refreshed (a node that cannot refresh it for
         #: ``lease_ttl`` must assume the cluster has moved on without it)
         self.lease_refreshed = 0.0
+        #: times this node found its lease expired while it ran (the cluster took it for
+        #: dead and failed it over), the monotonic time of the last one, and the longest
+        #: time between two successful keep-alives (a lapse is one longer than the TTL)
+        self.lease_lapses = 0
+        self.last_lapse = 0.0
+        self.longest_keepalive_gap = 0.0
 
     # -- connection ---------------------------------------------------------------------
 
@@ -359,6 +365,18 @@ class EtcdCoordinator(Coordinator):
         self._alive_listeners.append(listener)
         return lambda: self._alive_listeners.remove(listener)
 
+    def lease_stats(self) -> dict[str, float]:
+        if self.node_id is None:
+            return {}
+        stats = {
+            "lease_ttl_s": float(self.lease_ttl),
+            "lease_lapses": float(self.lease_lapses),
+            "lease_longest_gap_s": round(self.longest_keepalive_gap, 3),
+        }
+        if self.lease_lapses:
+            stats["lease_last_lapse_ago_s"] = round(time.monotonic() - self.last_lapse, 1)
+        return stats
+
     def can_serve(self) -> bool:
         if self.node_id is None:
             return True
@@ -443,8 +461,15 @@ class EtcdCoordinator(Coordinator):
                 sent = time.monotonic()
                 reply = await self._call(lambda c: c.refresh_lease(self._lease.id), "lease keep-alive", deadline=period)
                 if reply is None or reply.TTL <= 0:  # expired meanwhile: the cluster saw us die; take a new one
+                    self.lease_lapses += 1
+                    self.last_lapse = time.monotonic()
+                    log.warning(
+                        "node %s: its lease expired while it ran (no keep-alive for %.2f s, lease %d s): "
+                        "the cluster took it for dead", self.node_id, sent - self.lease_refreshed, self.lease_ttl,
+                    )
                     await self._grant_lease()
                 else:
+                    self.longest_keepalive_gap = max(self.longest_keepalive_gap, sent - self.lease_refreshed)
                     self.lease_refreshed = sent
             except asyncio.CancelledError:
                 raise

@@ -927,6 +927,7 @@ class Node:
         for k, v in self.counters.items():
             st.counters[k] = float(v)
         st.counters["map_epoch"] = float(self.shard_map.epoch)
+        st.counters.update(self.coordinator.lease_stats())
         for sid, c in sorted(self.controlets.items()):
             s = c.status()
             s.info["epoch"] = str(c.ctx.epoch)
