@@ -23,7 +23,7 @@ from .checkpoint import detach_checkpoint, is_tiered_checkpoint, release_checkpo
 from .db import DB, DBIterator, Snapshot
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, LockedError, NewerFormatError, ObjectStoreError,
-                     UnavailableError)
+                     UnavailableError, WorkerDied)
 from .open_options import HELP, OpenOptions
 from .options import Options, parse_size
 from .bucket_reader import BucketReader
@@ -35,9 +35,16 @@ __all__ = [
     "detach_checkpoint", "release_checkpoint",
     "Error", "InvalidArgumentError", "InvalidTypeError", "CorruptionError", "LockedError",
     "ClosedError", "UnavailableError", "FencedError", "ObjectStoreError", "NewerFormatError",
+    "WorkerDied",
 ]
 
 __version__ = "0.1.0"
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the version: not the helpers this module
+    imports for itself (``os``, ``inspect``...) nor the submodules."""
+    return sorted([*__all__, "__version__"])
 
 
 def open(path: str | os.PathLike[str], **options: Unpack[OpenOptions]) -> DB:  # the API name

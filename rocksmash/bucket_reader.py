@@ -49,7 +49,7 @@ from cloudtier import NotFoundError, StoreError
 from .cloud import (MIRROR_FORMATS, MIRRORS, CloudTier, WalObject, decode_object, mirror_key,
                     store_errors)
 from .db import DB, _open_dbs
-from .env import POSIX, os_error
+from .env import POSIX, path_error
 from .errors import CorruptionError, Error, InvalidArgumentError, UnavailableError
 from .log_format import CLEAN, read_records
 from .memtable import Memtable
@@ -82,7 +82,7 @@ class BucketReader(ReadOnlyDB):
         try:
             POSIX.makedirs(self.path)
         except OSError as e:
-            raise os_error(f"creating {self.path}", e) from e
+            raise path_error(f"creating {self.path}", e) from e
         self._init_state()
         self._rows = None  # no row cache: the view's values change under it
         self._row_cache = None

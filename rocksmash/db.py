@@ -18,6 +18,7 @@ and writers publish in the reverse order (a sealed memtable joins ``_imm`` befor
 
 from __future__ import annotations
 
+import collections.abc
 import marshal
 import os
 import threading
@@ -33,7 +34,7 @@ from .bloom import key_hash, split_hash
 from .cloud import CloudTier
 from .compaction import (MANUAL_STEP_FILES, Compaction, first_cloud_level, level_targets,
                          manual_left, manual_step, pick_compaction)
-from .env import POSIX, PosixEnv, os_error
+from .env import POSIX, PosixEnv, os_error, path_error
 from .errors import (ClosedError, CorruptionError, Error, FencedError, InvalidArgumentError,
                      InvalidTypeError, UnavailableError)
 from .iterator import KEY, VALUE, DBIterator
@@ -185,7 +186,7 @@ class DB:
         except (FileExistsError, NotADirectoryError) as e:
             raise InvalidArgumentError(f"{self.path}: not a directory ({e.strerror})") from None
         except OSError as e:
-            raise os_error(f"creating {self.path}", e) from e
+            raise path_error(f"creating {self.path}", e) from e
         self._file_lock = env.lock(os.path.join(self.path, filenames.LOCK))
         try:
             self._init_state()
@@ -753,9 +754,41 @@ class DB:
         return value
 
     def __iter__(self) -> Iterator[bytes]:
-        """The keys in order (a scan: ``for key in db``, ``list(db)``). No ``len()``:
-        counting would read everything."""
+        """The keys in order (a scan: ``for key in db``, ``list(db)``)."""
         return self.keys()
+
+    def __reversed__(self) -> Iterator[bytes]:
+        """The keys in descending order (``reversed(db)``: a reverse scan)."""
+        return self.keys(reverse=True)
+
+    def __len__(self) -> int:
+        """The exact number of keys: a keys-only scan of the whole database, so it reads
+        everything (of a tiered database, from the object store too). For an estimate
+        without I/O use :meth:`approximate_count`."""
+        return sum(1 for _ in self.keys())
+
+    def __bool__(self) -> bool:
+        """Whether any key exists (one step of a scan, not :meth:`__len__`): an empty
+        database is false, as an empty dict is."""
+        return next(iter(self.keys()), None) is not None
+
+    def clear(self, sync: bool | None = None) -> None:
+        """Delete every key, atomically: one range tombstone from the first key to the
+        last plus a delete of the last (two short scans find them; no full scan)."""
+        first = next(iter(self.keys()), None)
+        if first is None:
+            return
+        last = next(iter(self.keys(reverse=True)))
+        self.write(WriteBatch().delete_range(first, last).delete(last), sync)
+
+    def batch(self, sync: bool | None = None) -> WriteBatch:
+        """A :class:`WriteBatch` to fill in a ``with`` block; the block's clean end writes
+        it with :meth:`write` (atomically, ``sync`` as there), an exception discards it::
+
+            with db.batch() as b:
+                b.put(b"a", b"1").delete(b"b")
+        """
+        return WriteBatch(db=self, sync=sync)
 
     def keys(self, start: BytesLike | None = None, end: BytesLike | None = None, *,
              reverse: bool = False) -> DBIterator:
@@ -1612,3 +1645,7 @@ class DB:
 
     def __repr__(self) -> str:
         return f"<rocksmash.DB {self.path!r}{' closed' if self._closed else ''}>"
+
+
+# A DB is a mapping of bytes to bytes (``len`` is exact but scans: see __len__).
+collections.abc.MutableMapping.register(DB)

@@ -47,6 +47,19 @@ def os_error(what: str, e: OSError) -> Error:
     return Error(f"{what}: {e}")
 
 
+def path_error(what: str, e: OSError) -> Error:
+    """The rocksmash error for a database directory that cannot be created (an open's
+    ``path``): a full disk is UnavailableError as in :func:`os_error`; anything else
+    (no such parent, permission denied, a read-only file system) is the caller's path to
+    fix, an InvalidArgumentError."""
+    from .errors import InvalidArgumentError
+
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return os_error(what, e)
+    return InvalidArgumentError(f"{what}: {e.strerror or e}; check the path and its "
+                                f"permissions")
+
+
 class RandomAccessFile(Protocol):
     """An immutable file read by offset. Implementations are safe to share between threads."""
 

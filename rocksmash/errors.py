@@ -24,6 +24,9 @@ class                       retriable  meaning / what to do
                                        configuration; local data stays readable
 ``NewerFormatError``        no         a file or object was written by a newer rocksmash
                                        (its format version is unknown here): upgrade
+``WorkerDied``              yes        a flush, compaction or recovery worker process
+                                       exited before answering (killed, out of
+                                       memory); the engine still has the data: retry
 ==========================  =========  ==================================================
 
 Missing keys are not errors: ``get`` returns ``None``; ``db[key]`` raises ``KeyError``
@@ -43,6 +46,7 @@ __all__ = [
     "FencedError",
     "ObjectStoreError",
     "NewerFormatError",
+    "WorkerDied",
 ]
 
 
@@ -90,3 +94,10 @@ class ObjectStoreError(Error):
 
 class NewerFormatError(Error):
     """A file or object carries a format version newer than this rocksmash understands."""
+
+
+class WorkerDied(Error):
+    """A worker process (flush, compaction, recovery) exited before answering: killed or
+    out of memory. Its job's inputs are untouched, so the same call may be retried."""
+
+    retriable = True

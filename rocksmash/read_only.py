@@ -147,7 +147,7 @@ class ReadOnlyDB(DB):
             raise self._closed_error()
         raise InvalidArgumentError(f"{self.path} is open read-only")
 
-    put = write = delete = delete_range = flush = compact_range = checkpoint = _refuse
+    put = write = delete = delete_range = clear = batch = flush = compact_range = checkpoint = _refuse
 
     def close(self) -> None:
         """Release the view's tables and caches (nothing on disk changes)."""

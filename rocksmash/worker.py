@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from .errors import Error
+from .errors import Error, WorkerDied
 
 __all__ = ["Handoff", "WorkerProcess", "WorkerPool", "WorkerDied", "pool_size", "shared_pool"]
 
@@ -46,12 +46,6 @@ sys.modules["rocksmash"] = importlib.util.module_from_spec(spec)
 from rocksmash.worker import main
 main()
 """
-
-
-class WorkerDied(Error):
-    """The worker process exited before answering (killed, out of memory)."""
-
-    retriable = True
 
 
 def _read_frame(f: IO[bytes]) -> bytes | None:

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import struct
 from itertools import chain, repeat
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from .errors import CorruptionError, InvalidArgumentError
 from .formats import KIND_DELETE, KIND_PUT, KIND_RANGE_DELETE
 from .keys import BytesLike, as_bytes
 from .range_del import RangeEnd
+
+if TYPE_CHECKING:
+    from .db import DB
 
 __all__ = ["WriteBatch", "KIND_DELETE", "KIND_PUT", "KIND_RANGE_DELETE", "RangeEnd",
            "encode_batch", "encode_put", "decode_batch", "ops_within"]
@@ -43,12 +46,28 @@ class WriteBatch:
     on the same key win. A batch can be reused after :meth:`clear`.
     """
 
-    __slots__ = ("ops",)
+    __slots__ = ("ops", "_db", "_sync")
 
-    def __init__(self) -> None:
+    def __init__(self, *, db: "DB | None" = None, sync: bool | None = None) -> None:
         #: (key, value) pairs in order; value ``None`` means delete, and a
         #: :class:`~rocksmash.range_del.RangeEnd` a range delete from ``key``.
         self.ops: list[tuple[bytes, bytes | None]] = []
+        #: With ``db``, a ``with`` block writes the batch there at its clean end
+        #: (:meth:`rocksmash.DB.batch` makes such a batch).
+        self._db = db
+        self._sync = sync
+
+    def __enter__(self) -> "WriteBatch":
+        if self._db is None:
+            raise InvalidArgumentError("a WriteBatch written at the end of a with block comes "
+                                       "from db.batch(); a plain WriteBatch() is passed to "
+                                       "db.write()")
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """Write the batch unless the block raised (then it is discarded)."""
+        if exc_type is None and self._db is not None:
+            self._db.write(self, self._sync)
 
     def put(self, key: BytesLike, value: BytesLike) -> "WriteBatch":
         if type(key) is not bytes:
