@@ -1,5 +1,5 @@
 """``python -m bespokv``: the same CLI as the ``bespokv`` command."""
 
-from bespokv.cli import main
+from bespokv.command import main
 
 raise SystemExit(main())
