@@ -405,35 +405,47 @@ class AsyncClient:
         """Run one operation on ``key``'s shard with routing and retries.
 
         ``make(shard_id) -> pb.Op`` builds the request for the current shard map.
+
+        ``timeout`` bounds the whole call, retries and map refreshes included (each
+        attempt gets what is left): DeadlineExceededError when it runs out.
         """
-        await self.connect()
         attempt = 0
+        last: Error | None = None
         batched = self.batching if batched is None else batched
-        while True:
-            info = self.shard_of(key)
-            node = self.target(info, write=write)
-            op = make(info.id)
-            try:
-                try:
-                    res = await (self._batched(node, info.id, write, op) if batched
-                                 else self._unary(node, op))
-                except grpc.aio.AioRpcError as exc:
-                    raise _rpc_error(exc, node) from None
-                if res.status.code:
-                    raise from_status(status_code(res.status.code), res.status.message)
-                return res
-            except Error as err:
-                attempt += 1
-                if self._closed or attempt > self.retries or not self._may_retry(err, write):
-                    raise
-                if isinstance(err, WrongShardError):
-                    await self.refresh_map()
-                elif isinstance(err, (UnavailableError, DeadlineExceededError)):
-                    if info.mode in ACTIVE_ACTIVE:
-                        self._rotate_home(info)
-                    else:  # the head/tail may be gone: the cluster may have failed over
-                        await self._refresh_quietly()
-                await asyncio.sleep(min(0.02 * 2 ** (attempt - 1), 1.0) * (0.5 + self._rng.random()))
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.connect()
+                while True:
+                    info = self.shard_of(key)
+                    node = self.target(info, write=write)
+                    op = make(info.id)
+                    try:
+                        try:
+                            res = await (self._batched(node, info.id, write, op) if batched
+                                         else self._unary(node, op))
+                        except grpc.aio.AioRpcError as exc:
+                            raise _rpc_error(exc, node) from None
+                        if res.status.code:
+                            raise from_status(status_code(res.status.code), res.status.message)
+                        return res
+                    except Error as err:
+                        attempt += 1
+                        last = err
+                        if self._closed or attempt > self.retries or not self._may_retry(err, write):
+                            raise
+                        if isinstance(err, WrongShardError):
+                            await self.refresh_map()
+                        elif isinstance(err, (UnavailableError, DeadlineExceededError)):
+                            if info.mode in ACTIVE_ACTIVE:
+                                self._rotate_home(info)
+                            else:  # the head/tail may be gone: the cluster may have failed over
+                                await self._refresh_quietly()
+                        await asyncio.sleep(min(0.02 * 2 ** (attempt - 1), 1.0) * (0.5 + self._rng.random()))
+        except TimeoutError:
+            tried = f"{attempt + 1} attempt(s)" + (f"; the last error: {last}" if last else "")
+            raise DeadlineExceededError(
+                f"no answer within {self.timeout:g} s, the whole call's timeout ({tried}; "
+                f"{'the outcome is unknown' if write else 'nothing was read'})") from None
 
     # -- operations -----------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import signal
 import threading
 import time
 
@@ -17,7 +19,7 @@ from bespokv.config import Tuning
 from bespokv.errors import DeadlineExceededError, Error, InvalidArgumentError, UnavailableError
 from bespokv.proto import bespokv_pb2 as pb
 from bespokv.proto import bespokv_pb2_grpc as pbg
-from bespokv.testing import InProcessCluster, ThreadedCluster, free_port, make_config
+from bespokv.testing import InProcessCluster, LocalCluster, ThreadedCluster, free_port, make_config
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +104,31 @@ def test_a_batch_that_never_answers_fails_the_call_within_its_timeout(cluster, m
     monkeypatch.undo()
     with cluster.client() as c:
         assert c.get(b"hung") == b"before"
+
+
+@pytest.mark.slow
+def test_the_timeout_bounds_the_whole_call_retries_included():
+    """Without etcd a paused (or unreachable) head is never failed over, and every attempt
+    waited its whole timeout: `bespokv put --timeout 5` took 50.8 s (8 retries) before it
+    failed. The timeout is the whole call's: it fails within it, naming the attempts."""
+    with LocalCluster(2, replicas=2, shards=1, mode="ms-sc") as cluster:
+        with cluster.client() as c:
+            c.put(b"k", b"before")
+            head = c.shard_map().shards[0].replicas[0]
+        os.kill(cluster.pid(head), signal.SIGSTOP)
+        try:
+            for batching in (True, False):
+                with cluster.client(batching=batching, timeout=1.0, retries=8) as c:
+                    for call in (lambda: c.put(b"k", b"after"), lambda: c.cas(b"k", b"before", b"x")):
+                        start = time.monotonic()
+                        with pytest.raises(DeadlineExceededError, match=r"no answer within 1 s, the whole call") as info:
+                            call()
+                        # 9 attempts of 1 s each took over 9 s; the bound is the call's 1 s
+                        # plus its wind-down (generous for a loaded machine).
+                        assert time.monotonic() - start < 3.0, info.value
+                        assert "attempt" in str(info.value)
+        finally:
+            os.kill(cluster.pid(head), signal.SIGCONT)
 
 
 def test_unbatched_client(cluster):
