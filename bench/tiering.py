@@ -42,12 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
-import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +57,7 @@ from bench.child import apply_env, child_main, progress, rss_now, run_session
 from bench.compare import git_info, machine_info, resolve_budget
 from bench.driver import Session
 from bench.environment import Environment
+from bench.proxy_probe import Probe, ProbeServer, pipe_probe
 from bench.records import ValuePool
 from bench.runners import RunnerConfig
 from bench.runners.base import ObjectStoreTarget
@@ -190,7 +188,6 @@ def phase_seed(seed: int, workload_index: int, phase: str) -> int:
 
 # --- the child: one configuration ----------------------------------------------------
 
-Probe = Callable[[], "dict[str, int] | None"]
 
 
 def _counters(runner: Any, probe: Probe) -> dict[str, int | None]:
@@ -371,48 +368,6 @@ def _rewrite_and_compact(session: Any, plan: dict[str, Any], index: int, workloa
             "proxy_requests": d.get("proxy_requests"), "cache_fills": d.get("fills")}
 
 
-def _pipe_probe(fds: list[int]) -> Probe:
-    """The child's side of the proxy-counter pipes: ask, then read the parent's answer."""
-    ask = os.fdopen(fds[0], "w", buffering=1)
-    answer = os.fdopen(fds[1], "r")
-
-    def probe() -> dict[str, int] | None:
-        ask.write("?\n")
-        ask.flush()
-        return json.loads(answer.readline() or "null")
-    return probe
-
-
-class _ProbeServer:
-    """The parent's side: answers each line from the child with the proxy's counters."""
-
-    def __init__(self, env: Environment) -> None:
-        self._env = env
-        self._ask_r, self.ask_w = os.pipe()
-        self.answer_r, self._answer_w = os.pipe()
-        self._thread = threading.Thread(target=self._serve, name="tiering-probe", daemon=True)
-        self._thread.start()
-
-    @property
-    def child_fds(self) -> tuple[int, int]:
-        return (self.ask_w, self.answer_r)
-
-    def _serve(self) -> None:
-        with os.fdopen(self._ask_r, "r") as ask, os.fdopen(self._answer_w, "w", buffering=1) as answer:
-            for _ in ask:
-                answer.write(json.dumps(self._env.proxy_counters()) + "\n")
-                answer.flush()
-
-    def close(self) -> None:
-        """After the child exited: close our copies of its ends, so the server sees EOF."""
-        for fd in self.child_fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._thread.join(timeout=5)
-
-
 # --- the parent: the whole experiment -------------------------------------------------
 
 def _target_config(plan: TieringPlan, name: str, target: ObjectStoreTarget, data_dir: Path,
@@ -488,7 +443,7 @@ def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
         if plan.isolate:
             from bench.isolation import run_isolated
 
-            server = _ProbeServer(env)
+            server = ProbeServer(env)
             try:
                 spec["probe_fds"] = list(server.child_fds)
                 result = run_isolated(spec, plan.timeout, module="bench.tiering",
@@ -544,7 +499,7 @@ def _one_line(r: dict[str, Any]) -> str:
 
 def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
     fds = spec.get("probe_fds")
-    return run_configuration(spec, _pipe_probe(fds) if fds else (lambda: None))
+    return run_configuration(spec, pipe_probe(fds) if fds else (lambda: None))
 
 
 def main(argv: list[str] | None = None) -> int:
