@@ -56,6 +56,7 @@ from bench import metrics
 from bench.child import apply_env, child_main, progress, rss_now, run_session
 from bench.compare import git_info, machine_info, resolve_budget
 from bench.driver import Session
+from bench.bucket import bucket_kinds
 from bench.environment import Environment
 from bench.proxy_probe import Probe, ProbeServer, pipe_probe
 from bench.records import ValuePool
@@ -460,7 +461,7 @@ def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
             result["proxy"] = {k: after[k] - before[k] for k in after}
         result["object_store_usage"] = env.usage(target)
         if CONFIGURATIONS[name][0] == "rocksmash":
-            result["bucket_kinds"] = _bucket_kinds(target)
+            result["bucket_kinds"] = bucket_kinds(target)
         env.clear(target)
         result["load_average"] = {"before": load_before, "after": metrics.load_average()}
         result["runner"] = {k: v for k, v in rcfg.to_dict().items() if k != "data_dir"}
@@ -469,22 +470,6 @@ def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
             shutil.rmtree(data_dir, ignore_errors=True)
     result["data_dir"] = str(data_dir) if plan.keep_data else None
     return result
-
-
-def _bucket_kinds(target: ObjectStoreTarget) -> dict[str, Any] | None:
-    """rocksmash's bucket prefix at the end by kind (rocksmash.bucket_usage), or None
-    with the error noted if it cannot be listed (a trial never fails on it)."""
-    import cloudtier
-    from rocksmash.bucket_usage import bucket_usage
-
-    try:
-        store = cloudtier.open_store(target.url, **target.store_options())
-        try:
-            return bucket_usage(store)
-        finally:
-            store.close()
-    except Exception as e:  # the figure is a nice-to-have next to the listed bytes
-        return {"error": repr(e)}
 
 
 def _one_line(r: dict[str, Any]) -> str:

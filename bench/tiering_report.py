@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.bucket import bucket_kept_bytes
 from bench.results import ratio
 from bench.units import format_bytes, format_count, format_ratio, format_us
 
@@ -174,22 +175,6 @@ def _shape_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             format_bytes(bucket_kept_bytes(r)), format_bytes(peak),
         ])
     return header, body
-
-
-#: Kinds of rocksmash.bucket_usage that leave the bucket by themselves: within
-#: retired_object_grace of their retirement once no reader holds them, or at the next
-#: open. What the bucket holds at the close is therefore not what a month costs.
-_TRANSIENT_KINDS = ("retired_tables", "unnamed_tables")
-
-
-def bucket_kept_bytes(r: dict[str, Any]) -> int | None:
-    """The bucket bytes a configuration keeps paying for: its prefix at the close minus
-    the retired tables still in their grace (rocksmash's breakdown, ``bucket_kinds``).
-    Without a breakdown (SlateDB, or a listing that failed), the prefix at the close."""
-    kinds = (r.get("bucket_kinds") or {}).get("kinds")
-    if not kinds:
-        return (r.get("object_store_usage") or {}).get("bytes")
-    return int(sum(k["bytes"] for name, k in kinds.items() if name not in _TRANSIENT_KINDS))
 
 
 def _bucket_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
