@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from cloudtier.cost_model import MonthlyCost, TieringCosts, monthly_cost
 from cloudtier.errors import (
     ClosedError,
     InvalidKeyError,
@@ -57,6 +58,10 @@ __all__ = [
     "MeteredStore",
     "PriceTable",
     "S3_STANDARD",
+    # what data costs, tiered against all-local
+    "MonthlyCost",
+    "TieringCosts",
+    "monthly_cost",
     "LatencyHistogram",
     "FaultInjectingStore",
     "FaultConfig",

@@ -12,7 +12,8 @@ What is counted, per operation kind (``put``, ``get``, ``head``, ``delete``, ``l
   minus those it has deleted or found missing. It does not list the bucket by itself, so
   pre-existing objects count once something lists or heads them.
 
-Cost model (:class:`PriceTable`, S3 Standard us-east-1 list prices by default):
+Cost model (:class:`PriceTable`, S3 Standard and EBS gp3 us-east-1 list prices by default;
+:mod:`cloudtier.cost_model` prices whole data sets, tiered against all-local, with it):
 ``requests`` cost = PUT-class (put, list) count x price/1000 + GET-class (get, head)
 count x price/1000 + DELETE count x price/1000 (S3: free) + bytes out x transfer price.
 ``storage_per_month`` = stored GiB x price per GB-month (AWS bills storage in binary GB).
@@ -49,7 +50,8 @@ _GIB = 2**30
 
 @dataclasses.dataclass(frozen=True)
 class PriceTable:
-    """Dollar prices of an object store. Defaults: S3 Standard, us-east-1 list prices."""
+    """Dollar prices of an object store, and of the provisioned SSD it is weighed
+    against. Defaults: S3 Standard and EBS gp3, us-east-1 list prices."""
 
     name: str = "S3 Standard (us-east-1)"
     put_per_1000: float = 0.005  #: PUT, COPY, POST and LIST requests
@@ -57,6 +59,10 @@ class PriceTable:
     delete_per_1000: float = 0.0  #: DELETE requests are free on S3
     storage_gb_month: float = 0.023  #: first 50 TB tier, per GiB-month
     transfer_out_gb: float = 0.0  #: in-region transfer is free ($0.09/GB to the internet)
+    #: Local disk, for what the same bytes cost on a machine's own SSD: EBS gp3, per
+    #: provisioned GiB-month (its baseline 3,000 IOPS and 125 MB/s included).
+    ssd_name: str = "EBS gp3 (us-east-1)"
+    ssd_gb_month: float = 0.08
 
     def request_cost(self, requests: dict[str, int]) -> float:
         """Dollars for the given request counts by operation kind."""
