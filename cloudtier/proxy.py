@@ -14,6 +14,13 @@ proxy listens on 127.0.0.1, forwards every connection to a target (an S3 endpoin
   server's go-ahead), as it is two round trips on a real network. The quiet period is
   10 ms by default, above Python's 5 ms GIL switch interval, so thread scheduling in
   a busy client does not split a burst;
+* counts each client->server burst by the HTTP request line it starts with
+  (:data:`REQUEST_KINDS`, S3's request classes: ``get``, ``put``, ``head``, ``delete``,
+  ``list`` for a GET of a bucket, ``post``, ``other``), and counts a burst that starts
+  without a request line (the body of a PUT sent after ``100 Continue``, or a request
+  split by a quiet gap) as ``continuation``: the per-kind counts are the HTTP requests
+  themselves, comparable with what a client's own meter counted, where ``requests``
+  counts bursts (delays);
 * optionally delays the first bytes of each server->client burst by ``response_delay_ms``;
 * caps throughput at ``bandwidth`` bytes/s per direction, shared by all connections
   (one emulated link), by pacing each chunk to the time the link would need to send it;
@@ -51,9 +58,34 @@ from types import TracebackType
 
 from cloudtier.units import parse_rate
 
-__all__ = ["DelayProxy", "ProxyProfile", "PROFILES", "parse_bandwidth", "parse_hostport", "main"]
+__all__ = ["DelayProxy", "ProxyProfile", "PROFILES", "REQUEST_KINDS", "parse_bandwidth",
+           "parse_hostport", "request_kind", "main"]
 
 _CHUNK = 64 * 1024  # bytes read per socket read; pacing granularity at a bandwidth cap
+
+#: What :meth:`DelayProxy.stats` counts client->server bursts by (``http_<kind>``).
+REQUEST_KINDS = ("get", "put", "head", "delete", "list", "post", "other", "continuation")
+_METHODS = {b"GET": "get", b"PUT": "put", b"HEAD": "head", b"DELETE": "delete", b"POST": "post"}
+_REQUEST_LINE = re.compile(rb"([A-Z]+) (\S+) HTTP/1\.[01]\r?\n")
+
+
+def request_kind(first: bytes) -> str:
+    """The kind of request a client->server burst starting with ``first`` is.
+
+    ``continuation`` when it does not start with an HTTP/1 request line; ``list`` for a
+    GET of a path with one segment (``/bucket?list-type=2...``: S3's path-style
+    ListObjects), ``get`` for any other GET; ``put``, ``head``, ``delete``, ``post`` by
+    method; ``other`` for another method.
+    """
+    m = _REQUEST_LINE.match(first)
+    if m is None:
+        return "continuation"
+    kind = _METHODS.get(m.group(1), "other")
+    if kind == "get":
+        path = m.group(2).split(b"?", 1)[0].strip(b"/")
+        if b"/" not in path:
+            kind = "list"
+    return kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +115,8 @@ class _Direction:
         self._free_at = 0.0  # when the link finishes sending what it has accepted
         self.bursts = 0
         self.bytes = 0
+        #: Bursts by :func:`request_kind` (counted for the client->server direction).
+        self.kinds = dict.fromkeys(REQUEST_KINDS, 0)
 
     async def pace(self, n: int) -> None:
         """Wait until a link of ``bandwidth`` bytes/s would have sent ``n`` more bytes."""
@@ -194,17 +228,21 @@ class DelayProxy:
         asyncio.run_coroutine_threadsafe(apply(), loop).result(timeout=10)
 
     def stats(self) -> dict[str, int]:
-        """Counters: connections, requests/responses (bursts), bytes_up/bytes_down.
+        """Counters: connections, requests/responses (bursts), bytes_up/bytes_down, and
+        ``http_<kind>`` for each of :data:`REQUEST_KINDS` (client->server bursts by the
+        request line they start with; they add up to ``requests``).
 
         Every burst and byte is counted before it is forwarded, so everything a client
         has received (or a server has been sent) is already included."""
-        return {
+        out = {
             "connections": self._connections,
             "requests": self._up.bursts,
             "responses": self._down.bursts,
             "bytes_up": self._up.bytes,
             "bytes_down": self._down.bytes,
         }
+        out.update({f"http_{k}": n for k, n in self._up.kinds.items()})
+        return out
 
     def start(self) -> DelayProxy:
         """Bind and start serving in a background thread; returns once listening."""
@@ -321,6 +359,8 @@ class DelayProxy:
             if turn.last is not d or loop.time() - waited_from >= self.quiet_s:
                 turn.last = d
                 d.bursts += 1
+                if d is self._up:
+                    d.kinds[request_kind(data)] += 1
                 if d.delay_s:
                     await asyncio.sleep(d.delay_s)
             assert self._healed is not None

@@ -257,4 +257,35 @@ def test_s3_requests_through_the_proxy_are_delayed(
             for _ in range(3):
                 assert store.get("k") == b"v" * 1000
             assert time.monotonic() - t0 >= 3 * 0.020
-        assert proxy.stats()["requests"] >= 4
+        stats = proxy.stats()
+        assert stats["requests"] >= 4
+        # By kind: the requests themselves; the PUT's body went after `100 Continue`
+        # (botocore asks for it on every PUT), a burst of its own that is no request.
+        assert (stats["http_put"], stats["http_get"], stats["http_continuation"]) == (1, 3, 1)
+
+
+def test_request_kind_reads_the_request_line() -> None:
+    from cloudtier.proxy import request_kind
+
+    assert request_kind(b"GET /bench/p/k HTTP/1.1\r\nHost: x\r\n\r\n") == "get"
+    assert request_kind(b"GET /bench?list-type=2&prefix=p%2F HTTP/1.1\r\n") == "list"
+    assert request_kind(b"GET /bench/ HTTP/1.1\r\n") == "list"
+    assert request_kind(b"PUT /bench/p/k HTTP/1.1\r\nExpect: 100-continue\r\n\r\n") == "put"
+    assert request_kind(b"HEAD /bench/p/k HTTP/1.1\r\n") == "head"
+    assert request_kind(b"DELETE /bench/p/k HTTP/1.1\r\n") == "delete"
+    assert request_kind(b"POST /bench?delete HTTP/1.1\r\n") == "post"
+    assert request_kind(b"PATCH /x HTTP/1.1\r\n") == "other"
+    assert request_kind(b"\x00\x01 body bytes after 100 Continue") == "continuation"
+    assert request_kind(b"GET /half-a-request-line") == "continuation"
+
+
+def test_bursts_are_counted_by_request_kind(echo_server: tuple[str, int]) -> None:
+    with DelayProxy(echo_server) as proxy:
+        with socket.create_connection((proxy.host, proxy.port)) as sock:
+            for burst in (b"PUT /b/k HTTP/1.1\r\nExpect: 100-continue\r\n\r\n", b"the body",
+                          b"GET /b/k HTTP/1.1\r\n\r\n", b"GET /b?prefix=k HTTP/1.1\r\n\r\n"):
+                assert exchange(sock, burst) == burst  # the echo turns the conversation
+        s = proxy.stats()
+    kinds = {k[5:]: n for k, n in s.items() if k.startswith("http_") and n}
+    assert kinds == {"put": 1, "continuation": 1, "get": 1, "list": 1}
+    assert sum(kinds.values()) == s["requests"] == 4
