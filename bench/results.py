@@ -28,7 +28,7 @@ from typing import Any
 from bench.metrics import merge_encoded
 
 __all__ = ["SCHEMA", "ratio", "comparison_rows", "group_trials", "representative", "merged_latency",
-           "get_path", "merge_counts", "total_requests"]
+           "get_path", "merge_counts", "total_requests", "request_check", "describe_request_check"]
 
 SCHEMA = "bench.ycsb/1"
 
@@ -65,6 +65,63 @@ def total_requests(counts: dict[str, int] | None) -> int | None:
     if not counts:
         return None
     return sum(v for k, v in counts.items() if k in ("get", "put", "list", "head", "delete", "other"))
+
+
+#: Request kinds the delay proxy tells apart (cloudtier.proxy.REQUEST_KINDS less
+#: ``continuation``, which is a request body, not a request).
+_PROXY_KINDS = ("get", "put", "head", "delete", "list", "post", "other")
+
+
+def _proxy_delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after.get(f"http_{k}", 0) - before.get(f"http_{k}", 0) for k in _PROXY_KINDS}
+
+
+def request_check(trial: dict[str, Any]) -> dict[str, Any] | None:
+    """The system's own object-store requests against the HTTP requests the delay proxy
+    carried over the same window (the trial's open to the end of its run), by kind; and
+    what the proxy saw besides: the close's requests, and the bursts that were no
+    request. None without the proxy's counters at the trial's boundaries (``proxy_at``).
+
+    Keys: ``own`` and ``proxy`` (totals over the window), ``by_kind`` ({kind: (own,
+    proxy)} for kinds either side counted), ``agree``, ``close`` (requests after the run:
+    the close), ``close_by_kind``, ``continuations`` (bursts without a request line: a
+    PUT's body sent after ``100 Continue``, which botocore asks for on every PUT, or a
+    body resumed after a pause), ``bursts`` (every delayed burst of the trial, the
+    proxy's ``requests`` counter)."""
+    at = trial.get("proxy_at") or {}
+    if not all(at.get(k) for k in ("start", "after_run", "end")):
+        return None
+    own_counts = merge_counts(get_path(trial, "object_store_requests", "load"),
+                              get_path(trial, "object_store_requests", "run")) or {}
+    seen = _proxy_delta(at["after_run"], at["start"])
+    close = _proxy_delta(at["end"], at["after_run"])
+    kinds = [k for k in _PROXY_KINDS if seen.get(k) or own_counts.get(k)]
+    by_kind = {k: (int(own_counts.get(k, 0)), seen[k]) for k in kinds}
+    own = sum(o for o, _ in by_kind.values())
+    return {"own": own, "proxy": sum(seen.values()), "by_kind": by_kind,
+            "agree": all(o == p for o, p in by_kind.values()),
+            "close": sum(close.values()), "close_by_kind": {k: n for k, n in close.items() if n},
+            "continuations": at["end"].get("http_continuation", 0) - at["start"].get("http_continuation", 0),
+            "bursts": at["end"].get("requests", 0) - at["start"].get("requests", 0)}
+
+
+def describe_request_check(c: dict[str, Any]) -> str:
+    """:func:`request_check` in one sentence."""
+    def kinds(d: dict[str, int]) -> str:
+        return ", ".join(f"{n:,} {k.upper()}" for k, n in d.items() if n) or "none"
+
+    if c["agree"]:
+        head = (f"the system counted {c['own']:,} object-store requests from its open to the end "
+                f"of the run, and the proxy carried the same {c['proxy']:,} HTTP requests "
+                f"({kinds({k: p for k, (_, p) in c['by_kind'].items()})})")
+    else:
+        diff = "; ".join(f"{k.upper()} {o:,} vs {p:,}" for k, (o, p) in c["by_kind"].items() if o != p)
+        head = (f"the system counted {c['own']:,} object-store requests from its open to the end "
+                f"of the run, the proxy carried {c['proxy']:,} HTTP requests (system vs proxy: {diff})")
+    return (f"{head}; the close made {c['close']:,} more ({kinds(c['close_by_kind'])}); the proxy's "
+            f"{c['bursts']:,} delayed bursts also include {c['continuations']:,} request bodies sent "
+            f"after `100 Continue` (botocore asks for it on every PUT) or after a pause, which "
+            f"are not requests")
 
 
 def merge_counts(*parts: dict[str, int] | None) -> dict[str, int] | None:

@@ -3,11 +3,14 @@
 Everything runs against a local S3 server (SeaweedFS, else moto) behind cloudtier's delay
 proxy (``--delay-ms``, default 20: S3's first-byte latency in-region).
 
-``writes``: for each of ``--modes``, a fresh database (local budget 10%) takes
-``--writes`` puts of ``--value-size`` bytes from one thread (``sync=False``), then
-``--sync-writes`` puts with ``sync=True`` spread over ``--threads`` threads. Reported:
-ops/s and the ratio to ``off`` in the same run, and the PUTs per second the run made with
-their monthly cost at S3 prices.
+``writes``: for each of ``--modes``, a fresh database (its default options but the mode)
+takes ``--writes`` puts of ``--value-size`` bytes from one thread (``sync=False``), paced
+at ``--rate`` writes a second (0: as fast as it goes), then, once everything written is
+shipped, ``--idle`` seconds of no writes, then ``--sync-writes`` puts with ``sync=True``
+spread over ``--threads`` threads. Reported: writes/s and the ratio to ``off`` in the
+same run; the object-store PUTs a second while writing (WAL shipments and every other
+PUT: table backups, mirrors) with their monthly cost at S3 prices; the PUTs during the
+idle seconds; and the PUTs a second of the sync writes.
 
 ``rebuild``: a child process loads ``--records`` records (``interval`` shipping, 10%
 local budget), waits until everything is shipped, and dies (``os._exit``). Its directory
@@ -54,21 +57,50 @@ def _sync_puts(db: Any, tid: int, n: int, value: bytes) -> None:
         db.put(b"sync%04d%08d" % (tid, i), value, sync=True)
 
 
+def _paced_puts(db: Any, writes: int, rate: float, value: bytes) -> float:
+    """``writes`` puts, the i-th not before ``i / rate`` s from the start (as fast as they
+    go with ``rate`` 0); returns the seconds taken."""
+    t0 = time.perf_counter()
+    for i in range(writes):
+        if rate:
+            due = t0 + i / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+        db.put(b"user%012d" % i, value)
+    return time.perf_counter() - t0
+
+
+def _wait_shipped(db: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while db.stats()["cloud"]["wal_shipping"].get("lag_bytes"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"WAL shipping lag did not reach 0 within {timeout:g} s")
+        time.sleep(0.05)
+
+
 def measure_writes(env: Environment, modes: Sequence[str], writes: int, sync_writes: int,
-                   threads: int, value_size: int) -> list[dict[str, Any]]:
+                   threads: int, value_size: int, rate: float = 0.0,
+                   idle: float = 0.0) -> list[dict[str, Any]]:
     import rocksmash
 
     value = os.urandom(value_size // 2) * 2
     rows = []
     for mode in modes:
         with tempfile.TemporaryDirectory() as d:
-            db = rocksmash.open(f"{d}/db", wal_shipping=mode, local_budget="10%",
-                                **_store_opts(env, f"writes-{mode}"))
+            db = rocksmash.open(f"{d}/db", wal_shipping=mode, **_store_opts(env, f"writes-{mode}"))
             try:
-                puts0, t = _puts(db.stats()), time.perf_counter()
-                for i in range(writes):
-                    db.put(b"user%012d" % i, value)
-                plain = time.perf_counter() - t
+                puts0 = _puts(db.stats())
+                plain = _paced_puts(db, writes, rate, value)
+                idle_puts = None
+                if idle:
+                    if mode != "off":
+                        _wait_shipped(db)  # the last shipment is the writes' own
+                    writing_puts = _puts(db.stats()) - puts0
+                    time.sleep(idle)  # the measurement: no writes for this long
+                    idle_puts = _puts(db.stats()) - puts0 - writing_puts
+                else:
+                    writing_puts = _puts(db.stats()) - puts0
                 puts1 = _puts(db.stats())
                 per = max(1, sync_writes // threads)
                 workers = [threading.Thread(target=_sync_puts, args=(db, i, per, value))
@@ -85,17 +117,20 @@ def measure_writes(env: Environment, modes: Sequence[str], writes: int, sync_wri
                 db.close()
         from rocksmash.wal_shipping import monthly_put_cost
         rows.append({
-            "mode": mode, "writes_per_s": writes / plain,
-            "write_puts_per_s": (puts1 - puts0) / plain,
+            "mode": mode, "writes_per_s": writes / plain, "rate": rate or None,
+            "idle_s": idle or None, "idle_puts": idle_puts,
+            "write_puts_per_s": writing_puts / plain,
             "sync_writes_per_s": per * threads / synced,
             "sync_puts_per_s": (puts2 - puts1) / synced,
-            "monthly_put_cost_usd_while_writing": monthly_put_cost((puts1 - puts0) / plain),
+            "monthly_put_cost_usd_while_writing": monthly_put_cost(writing_puts / plain),
             "objects_shipped": ship.get("objects_shipped", 0),
         })
-        print(f"  {mode}: {rows[-1]['writes_per_s']:.0f} writes/s, "
-              f"{rows[-1]['write_puts_per_s']:.1f} PUT/s; {rows[-1]['sync_writes_per_s']:.0f} "
-              f"sync writes/s ({threads} threads), {rows[-1]['sync_puts_per_s']:.1f} PUT/s",
-              flush=True)
+        r = rows[-1]
+        idle_text = "" if r["idle_puts"] is None else f", {r['idle_puts']} PUTs in {idle:g} s idle"
+        print(f"  {mode}: {r['writes_per_s']:.0f} writes/s, {r['write_puts_per_s']:.2f} PUT/s "
+              f"(${r['monthly_put_cost_usd_while_writing']:.2f}/month){idle_text}; "
+              f"{r['sync_writes_per_s']:.0f} sync writes/s ({threads} threads), "
+              f"{r['sync_puts_per_s']:.1f} PUT/s", flush=True)
     base = next((r for r in rows if r["mode"] == "off"), None)
     for r in rows:
         if base:
@@ -202,6 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--part", choices=("writes", "rebuild", "both"), default="both")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated (default: all)")
     p.add_argument("--writes", type=int, default=20_000, help="plain puts per mode")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="pace the plain puts at this many a second (default 0: as fast as "
+                        "they go); the issue-26 goal is measured at --rate 1000")
+    p.add_argument("--idle", type=float, default=0.0,
+                   help="after the plain puts are shipped, count PUTs over this many seconds "
+                        "without writes (default 0: skip)")
     p.add_argument("--sync-writes", type=int, default=800, help="sync=True puts per mode")
     p.add_argument("--threads", type=int, default=8, help="threads for the sync=True puts")
     p.add_argument("--records", type=int, default=200_000, help="records for the rebuild")
@@ -217,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.part in ("writes", "both"):
             print("writes per shipping mode:")
             results["writes"] = measure_writes(env, a.modes.split(","), a.writes,
-                                               a.sync_writes, a.threads, a.value_size)
+                                               a.sync_writes, a.threads, a.value_size,
+                                               a.rate, a.idle)
         if a.part in ("rebuild", "both"):
             print(f"rebuild after losing the local disk ({a.records} records):")
             results["rebuild"] = measure_rebuild(env, a.records, a.value_size)

@@ -123,6 +123,8 @@ class TieringPlan:
     local_budget: str = "10%"
     cache_size: str = "10%"
     delay_ms: float = 20.0
+    #: Where the delay is added: "proxy" or "store" (bench.environment.LATENCY_MODELS).
+    latency_model: str = "proxy"
     bandwidth: float | None = None
     s3_endpoint: str | None = None
     s3_server: str = "auto"
@@ -416,7 +418,8 @@ def run_tiering(plan: TieringPlan, command: str = "", log: Callable[[str], None]
     data_root = Path(plan.data_dir or tempfile.gettempdir()) / "bench-data"
     data_root.mkdir(parents=True, exist_ok=True)
     with Environment("s3", delay_ms=plan.delay_ms, bandwidth=plan.bandwidth,
-                     endpoint=plan.s3_endpoint, server=plan.s3_server) as env:
+                     endpoint=plan.s3_endpoint, server=plan.s3_server,
+                     latency_model=plan.latency_model) as env:
         doc["environment"] = env.describe()
         log(env.one_line())
         for n, name in enumerate(plan.configurations, 1):
@@ -431,7 +434,7 @@ def run_tiering(plan: TieringPlan, command: str = "", log: Callable[[str], None]
 def _run_one(plan: TieringPlan, env: Environment, name: str, data_root: Path,
              block_cache: int) -> dict[str, Any]:
     data_dir = Path(tempfile.mkdtemp(prefix=f"tiering-{name}-", dir=data_root))
-    target = env.target(f"tiering-{name}")
+    target = env.target(f"tiering-{name}", store_latency=CONFIGURATIONS[name][0] == "rocksmash")
     assert target is not None
     rcfg = _target_config(plan, name, target, data_dir, block_cache)
     spec: dict[str, Any] = {"name": name, "system": CONFIGURATIONS[name][0], "runner": rcfg.to_dict(),

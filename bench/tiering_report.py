@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bucket import bucket_kept_bytes
+from bench.costs import latency_line
 from bench.results import ratio
 from bench.units import format_bytes, format_count, format_ratio, format_us
 
@@ -189,15 +190,20 @@ def _bucket_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Monthly cost per (workload, phase, configuration): the configuration's local disk
-    at the end (SSD at ``--ssd-price``), the bucket bytes it keeps (:func:`bucket_kept_bytes`),
-    and the phase's object-store
-    requests continued at the phase's rate (its throughput) for a month; ``x_local``
-    against all-local in the same phase. GETs are priced as GETs, every other request
-    of a read phase as a PUT (an upper bound: they are HEADs and LISTs if any)."""
-    from bench.costs import DEFAULT_SSD_USD_GB_MONTH, requests_usd_month, storage_usd_month
+    """Monthly cost per (workload, phase, configuration), by cloudtier's cost model: the
+    configuration's local disk at the end (provisioned SSD, ``--ssd-price``), the bucket
+    bytes it keeps (:func:`bucket_kept_bytes`), and the phase's object-store requests
+    continued at the phase's rates for a month; ``x_local`` against all-local in the same
+    phase, and for a tiered configuration ``break_even_bytes``: the data size (records x
+    (key + value)) from which it is cheaper than all-local at the phase's request rates
+    (bench.costs). GETs are priced as GETs, every other request of a read phase as a PUT
+    (an upper bound: they are HEADs and LISTs if any)."""
+    from bench.costs import price_table
+    from cloudtier.cost_model import TieringCosts, monthly_cost, request_rates
 
-    ssd = float(doc.get("config", {}).get("ssd_usd_gb_month") or DEFAULT_SSD_USD_GB_MONTH)
+    cfg = doc.get("config", {})
+    prices = price_table(cfg.get("ssd_usd_gb_month"))
+    data = float(cfg.get("records") or 0) * float((cfg.get("key_size") or 0) + (cfg.get("value_size") or 0))
     by = _by_name(doc)
     rows = []
     for w in doc.get("workloads", []):
@@ -211,35 +217,44 @@ def cost_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                     continue
                 end = (r.get("shape") or {}).get("end") or {}  # type: ignore[union-attr]
                 obj = bucket_kept_bytes(r)  # type: ignore[arg-type]
-                local_usd, object_usd = storage_usd_month(end.get("local_disk"), obj, ssd)
                 c = p.get("counters") or {}
                 gets = int(c.get("gets") or 0)
                 other = max(0, int(c.get("requests") or 0) - gets)
-                req_usd = requests_usd_month({"get": gets, "put": other}, seconds)
-                total = sum(x for x in (local_usd, object_usd, req_usd) if x is not None)
+                rates = request_rates({"get": gets, "put": other}, seconds)
+                cost = monthly_cost(float(end.get("local_disk") or 0), float(obj or 0), rates, prices)
                 phase_rows_.append({"workload": w, "phase": phase, "configuration": name,
-                                    "throughput": p.get("throughput"),
+                                    "throughput": p.get("throughput"), "rates": rates,
                                     "local_bytes": end.get("local_disk"), "object_bytes": obj,
-                                    "local_usd": local_usd, "object_usd": object_usd,
-                                    "requests_usd": req_usd, "total_usd": total})
+                                    "local_usd": cost.local_ssd,
+                                    "object_usd": None if obj is None else cost.object_storage,
+                                    "requests_usd": cost.requests, "total_usd": cost.total,
+                                    "break_even_bytes": None})
             base = next((x for x in phase_rows_ if x["configuration"] == "all-local"), None)
             for x in phase_rows_:
                 x["x_local"] = ratio(x["total_usd"], base["total_usd"] if base else None)
+                if base and data > 0 and x["object_bytes"] is not None and x is not base:
+                    x["break_even_bytes"] = TieringCosts(
+                        data_bytes=data, tiered_local_bytes=float(x["local_bytes"] or 0),
+                        tiered_object_bytes=float(x["object_bytes"]),
+                        all_local_bytes=float(base["local_bytes"] or 0), rates=x["rates"],
+                        prices=prices).break_even_bytes()
             rows += phase_rows_
     return rows
 
 
 def _cost_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    from bench.costs import usd
+    from bench.costs import format_size, usd
 
     header = ["wl", "phase", "configuration", "ops/s", "local SSD", "object storage (kept)",
-              "requests", "total / month", "x all-local"]
+              "requests", "total / month", "x all-local", "break-even"]
     body = [[r["workload"].upper(), r["phase"], r["configuration"],
              format_count(r["throughput"]),
              f"{usd(r['local_usd'])} ({format_bytes(r['local_bytes'])})",
              "-" if r["object_bytes"] is None else
              f"{usd(r['object_usd'])} ({format_bytes(r['object_bytes'])})",
-             usd(r["requests_usd"]), usd(r["total_usd"]), format_small_ratio(r["x_local"])]
+             usd(r["requests_usd"]), usd(r["total_usd"]), format_small_ratio(r["x_local"]),
+             "-" if r["object_bytes"] is None or r["configuration"] == "all-local"
+             else format_size(r["break_even_bytes"])]
             for r in cost_rows(doc)]
     return header, body
 
@@ -286,7 +301,7 @@ def _text_table(header: list[str], body: list[list[str]], left: int) -> str:
 
 def render_tables(doc: dict[str, Any]) -> str:
     """The terminal report: phases with ratios, where the bytes are, compactions, goals."""
-    out = [_text_table(*_phase_table(doc), left=3), ""]
+    out = [f"latency model: {latency_line(doc)}", "", _text_table(*_phase_table(doc), left=3), ""]
     header, body = _shape_table(doc)
     out += [_text_table(header, body, left=1), ""]
     header, body = _bucket_table(doc)
@@ -315,6 +330,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         + (" (uncommitted changes)" if (doc.get("git") or {}).get("dirty") else ""),
         f"- machine: {(doc.get('machine') or {}).get('summary', '')}",
         f"- environment: {json.dumps(doc.get('environment', {}))}",
+        f"- latency model: {latency_line(doc)}",
         f"- records {format_count(cfg.get('records'))}, {format_count(cfg.get('ops'))} operations "
         f"per phase, warm-up {format_count(cfg.get('warmup_ops'))}, "
         f"after each compaction {format_count(cfg.get('after_warmup_ops') or 0)} unmeasured, "
@@ -359,17 +375,20 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["## Rewrite and full compaction", "", _md(header, body), ""]
     header, body = _cost_table(doc)
     if body:
-        from bench.costs import DEFAULT_SSD_USD_GB_MONTH
-        from cloudtier.metered import S3_STANDARD as prices
-        ssd = float(cfg.get("ssd_usd_gb_month") or DEFAULT_SSD_USD_GB_MONTH)
+        from bench.costs import price_table
+        prices = price_table(cfg.get("ssd_usd_gb_month"))
         lines += ["## Monthly cost", "",
-                  f"Local disk at the end at ${ssd:g}/GiB-month (`--ssd-price`), the bucket "
+                  f"Local disk at the end as provisioned SSD ({prices.ssd_name}, "
+                  f"${prices.ssd_gb_month:g}/GiB-month, `--ssd-price`), the bucket "
                   f"it keeps (S3 kept above) at ${prices.storage_gb_month:g}/GiB-month, and the phase's object-store "
                   f"requests ({prices.name}: ${prices.get_per_1000:g} per 1,000 GETs, "
                   f"${prices.put_per_1000:g} per 1,000 others) continued at the phase's "
-                  "throughput for a 730-hour month. `x all-local`: against the same data "
-                  "all on local SSD (all-local rocksmash, which stores about what RocksDB "
-                  "does) in the same phase.", "", _md(header, body), ""]
+                  "rates for a 730-hour month. `x all-local`: against the same data "
+                  "all on local SSD (all-local rocksmash's disk; the demo measures RocksDB's "
+                  "beside it) in the same phase. `break-even`: the data size (records x "
+                  "(key + value)) from which the configuration is cheaper than all-local at "
+                  "the phase's request rates, bytes on both sides growing with the data "
+                  "(cloudtier.cost_model).", "", _md(header, body), ""]
     notes = []
     for r in doc.get("results", []):
         if r.get("status") != "ok":

@@ -26,6 +26,7 @@ from typing import Any
 from bench import metrics
 from bench.child import apply_env, child_main, progress, rss_now, run_session
 from bench.driver import Session
+from bench.proxy_probe import Probe, pipe_probe
 from bench.runners import RunnerConfig, RunnerStats
 from bench.workloads import StreamConfig
 
@@ -37,9 +38,16 @@ def _stats_dict(s: RunnerStats) -> dict[str, Any]:
             "raw": s.raw}
 
 
-def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial as described by ``spec`` (see the module docstring)."""
+def run_trial(spec: dict[str, Any], probe: Probe | None = None) -> dict[str, Any]:
+    """Run one trial as described by ``spec`` (see the module docstring).
+
+    ``probe`` returns the delay proxy's cumulative counters (None: no proxy); the trial
+    records them in ``proxy_at`` at ``start`` (before the open), ``before_run`` (after
+    load, settle and warm-up) and ``after_run``, so each phase's requests can be set
+    against the system's own counts over the same window (the close's are what the
+    parent sees after ``after_run``)."""
     apply_env(spec)
+    probe = probe or (lambda: None)
     stream = StreamConfig.from_dict(spec["stream"])
     rcfg = RunnerConfig.from_dict(spec["runner"])
     system = spec["system"]
@@ -48,6 +56,7 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "system": system, "workload": stream.workload.name, "status": "ok", "error": None,
         "stream": stream.to_dict(), "timing": {}, "disk": {}, "stats": {},
+        "proxy_at": {"start": probe()},
     }
 
     def measure(session: Session) -> None:
@@ -70,10 +79,12 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
             result["warmup"] = {"items": w.items, "seconds": w.seconds}
             before = session.runner.stats()
 
+        result["proxy_at"]["before_run"] = probe()
         with progress(show, stream.operation_count, f"{label} run", "op") as update:
             run = session.run(stream, "run", max_seconds=spec.get("max_seconds"), progress=update)
         result["run"] = metrics.summarize_phase(run)
         after = session.runner.stats()
+        result["proxy_at"]["after_run"] = probe()
         result["stats"]["after_run"] = _stats_dict(after)
         result["caches"] = metrics.hit_ratios(
             {k: tuple(v) for k, v in (metrics.counter_delta(
@@ -92,9 +103,14 @@ def run_trial(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    fds = spec.get("probe_fds")
+    return run_trial(spec, pipe_probe(fds) if fds else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Child entry: ``python -m bench.trial SPEC.json RESULT.json``."""
-    return child_main(argv, "bench.trial", run_trial)
+    return child_main(argv, "bench.trial", _run_child)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ class ObjectStoreTarget:
     """Where a tiered system keeps its cold data: an S3 bucket and key prefix.
 
     ``endpoint_url`` is None for AWS itself; for moto or MinIO it is ``http://host:port``
-    (through the delay proxy when the benchmark emulates a network).
+    (through the delay proxy when the benchmark emulates a network). ``latency_ms`` is a
+    delay the system's own object-store client adds to every request (the ``store``
+    latency model, :data:`bench.environment.LATENCY_MODELS`; 0 with the proxy's).
     """
 
     bucket: str
@@ -57,6 +59,7 @@ class ObjectStoreTarget:
     region: str = "us-east-1"
     access_key_id: str | None = None
     secret_access_key: str | None = None
+    latency_ms: float = 0.0
 
     @property
     def url(self) -> str:
@@ -66,14 +69,19 @@ class ObjectStoreTarget:
     def allow_http(self) -> bool:
         return bool(self.endpoint_url and self.endpoint_url.startswith("http://"))
 
-    def store_options(self) -> dict[str, Any]:
-        """cloudtier's S3 options for this target (``cloudtier.open_store(url, **these)``)."""
+    def store_options(self, latency: bool = True) -> dict[str, Any]:
+        """cloudtier's S3 options for this target (``cloudtier.open_store(url, **these)``);
+        with ``latency`` and a ``latency_ms``, the per-request delay as cloudtier's fault
+        injector (``faults={"latency_s": ...}``: a sleep with the GIL free, so concurrent
+        requests overlap)."""
         opts: dict[str, Any] = {"region": self.region}
         if self.endpoint_url:
             opts["endpoint_url"] = self.endpoint_url
         if self.access_key_id:
             opts["access_key"] = self.access_key_id
             opts["secret_key"] = self.secret_access_key or ""
+        if latency and self.latency_ms:
+            opts["faults"] = {"latency_s": self.latency_ms / 1000.0}
         return opts
 
 
@@ -137,6 +145,10 @@ class _Common:
     is_async: ClassVar[bool] = False
     #: True if the system can keep data in an object store (``--network s3``).
     uses_object_store: ClassVar[bool] = False
+    #: True if the system talks to its object store through cloudtier, so the ``store``
+    #: latency model can add its delay there (``ObjectStoreTarget.latency_ms``); other
+    #: systems go through the delay proxy whatever the model.
+    takes_store_latency: ClassVar[bool] = False
 
     def __init__(self, config: RunnerConfig) -> None:
         self.config = config

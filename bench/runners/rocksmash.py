@@ -3,7 +3,8 @@
 ``rocksmash.open(data_dir, **options)`` gets, when set: ``object_store`` (the trial's
 ``s3://bucket/prefix``) with ``object_store_options`` holding cloudtier's S3 options
 (``endpoint_url``, ``region``, ``access_key``, ``secret_key``; or a top-level
-``endpoint_url`` for an engine without ``object_store_options``), ``local_budget``
+``endpoint_url`` for an engine without ``object_store_options``; with the ``store``
+latency model also ``faults={"latency_s": ...}``, the per-request delay), ``local_budget``
 (``10%`` or ``2GiB``), ``block_cache_size`` (``--cache-size``: the in-memory block
 cache, as for every system; rocksmash's own ``cache_size``, the on-disk DataCache of
 cloud blocks, keeps its default unless set with ``--opt rocksmash.cache_size=...``),
@@ -38,6 +39,7 @@ __all__ = ["RocksmashRunner", "RocksmashLocalRunner"]
 class RocksmashRunner(Runner):
     name = "rocksmash"
     uses_object_store = True
+    takes_store_latency = True
 
     def open(self) -> None:
         import rocksmash

@@ -150,6 +150,33 @@ def test_cli_against_a_local_s3_server(tmp_path: Path, server: str) -> None:
         assert t["object_store_requests"]["load"]["put"] > 0
         assert t["dollars"]["requests_usd"] > 0
     assert by["rocksdb"]["proxy"]["requests"] == 0  # all local
+    if "rocksmash" in by:  # its own meter and the proxy count the same requests, by kind
+        from bench.results import request_check
+
+        check = request_check(by["rocksmash"])
+        assert check is not None and check["own"] > 0 and check["agree"], check
+
+
+@pytest.mark.server
+def test_the_store_latency_model_delays_inside_rocksmash_and_skips_the_proxy(tmp_path: Path) -> None:
+    from cloudtier.testing import seaweed_binary
+
+    if seaweed_binary() is None or not _rocksmash_tiers():
+        pytest.skip("needs SeaweedFS and a tiered rocksmash")
+    argv = ["ycsb", "--workload", "c", "--records", "2000", "--ops", "500", "--network", "s3",
+            "--delay-ms", "5", "--latency-model", "store", "--system", "rocksmash",
+            "--local-budget", "10%", "--out", str(tmp_path), "--no-plots", "--no-progress"]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    t = doc["trials"][0]
+    assert t["status"] == "ok", t.get("error")
+    assert doc["environment"]["latency_model"] == "store" and "5 ms" in doc["environment"]["latency"]
+    opts = t["describe"]["open_options"]["object_store_options"]
+    assert opts["faults"] == {"latency_s": 0.005} and "proxy" not in t  # no proxy in its path
+    assert t["object_store_requests"]["load"]["put"] > 0
+    meter = t["stats"]["after_run"]["raw"]["cloud"]["object_store"]["latency_ms"]
+    assert meter["put"]["count"] > 0 and meter["put"]["p50"] >= 5.0  # the injected delay
+    assert "latency model: store:" in (tmp_path / "report.md").read_text()
 
 
 def test_cli_repeats_trials_rotating_the_system_order(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from bench.cli import _settings, build_parser, main
 from bench.compare import Plan
-from bench.demo import demo_argv, summary
+from bench.demo import demo_argv
 from bench.driver import Session
 from bench.presets import PRESETS
 from bench.runners import REGISTRY, RunnerConfig, availability, runner_class
@@ -52,7 +52,8 @@ def test_rocksmash_local_ignores_the_object_store(tmp_path: Path) -> None:
 def test_demo_preset_exists_and_parses() -> None:
     preset = PRESETS["demo"]
     assert preset["network"] == "s3" and preset["local_budget"] == "10%"
-    assert preset["systems"] == ["rocksmash", "rocksdb"] and preset["baseline"] == "rocksdb"
+    assert preset["systems"] == ["rocksmash", "rocksmash-local", "rocksdb"]
+    assert preset["baseline"] == "rocksdb"
     argv = demo_argv(["--records", "1000"])
     assert argv[:3] == ["ycsb", "--preset", "demo"] and "--out" in argv
     assert demo_argv(["--out", "x"]).count("--out") == 1
@@ -61,27 +62,6 @@ def test_demo_preset_exists_and_parses() -> None:
     assert s["workloads"] == preset["workloads"] and s["max_seconds"] == preset["max_seconds"]
     if all(availability(x)[0] for x in s["systems"]):
         Plan(**s).check()
-
-
-def test_demo_summary_says_what_was_compared_and_where_outputs_are() -> None:
-    def trial(system: str, tput: float, local: int, stored: int | None, run_gets: int | None) -> dict:
-        return {"system": system, "workload": "c", "status": "ok", "run": {"throughput": tput},
-                "disk": {"after_run": {"allocated": local}},
-                "object_store_usage": None if stored is None else {"bytes": stored},
-                "object_store_requests": {"run": None if run_gets is None else {"get": run_gets}}}
-
-    doc = {"baseline": "rocksdb", "systems": ["rocksmash", "rocksdb"], "workloads": ["c"],
-           "config": {"records": 1000, "ops": 500, "key_size": 24, "value_size": 100, "threads": 1,
-                      "local_budget": "10%", "delay_ms": None},
-           "environment": {"network": "s3", "object_store": "moto"},
-           "trials": [trial("rocksmash", 50.0, 2048, 4096, 0), trial("rocksdb", 100.0, 3072, None, None)]}
-    out = Path("out")
-    text = summary(doc, {"markdown": out / "report.md", "json": out / "results.json",
-                         "plots": [out / "throughput.png"]})
-    assert "rocksmash: local table budget 10%" in text and "20 ms added per request" in text
-    assert "run throughput vs rocksdb: C 0.50x" in text and "rocksdb (baseline)" in text
-    assert "in S3 4.0 KiB" in text and "no read left the machine" in text
-    assert "out/report.md" in text and "throughput.png" in text
 
 
 def test_demo_help_and_tiering_bad_flags(capsys) -> None:
