@@ -136,6 +136,42 @@ def meaning(doc: dict[str, Any], costs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _footprint_line(doc: dict[str, Any], tiered: str) -> str | None:
+    """Local disk after load + full compaction against both all-local systems, and the
+    tiered system's footprint against its local budget (worst trial, any measured phase)."""
+    def after_load(system: str) -> list[float]:
+        return [float(x) for t in doc.get("trials", []) if t.get("system") == system
+                and t.get("status") == "ok"
+                for x in [get_path(t, "disk", "after_load", "allocated")] if x is not None]
+
+    mine = after_load(tiered)
+    if not mine:
+        return None
+    parts = [f"Local disk after load + full compaction: {tiered} {_span(mine, format_bytes)}"]
+    for ref in ("rocksdb", "rocksmash-local"):
+        theirs = after_load(ref)
+        if theirs:
+            parts.append(f"{sum(mine) / sum(theirs):.2f}x {ref}'s {_span(theirs, format_bytes)}")
+    line = ", ".join(parts) + " (means over the workloads)."
+    worst_disk = worst_own = None
+    for t in doc.get("trials", []):
+        if t.get("system") != tiered or t.get("status") != "ok":
+            continue
+        for phase in ("after_load", "after_run"):
+            fp = get_path(t, "stats", phase, "raw", "cloud", "footprint") or {}
+            disk = get_path(t, "disk", phase, "allocated")
+            if fp.get("budget"):
+                own = fp.get("total", 0) / fp["budget"]
+                worst_own = own if worst_own is None else max(worst_own, own)
+                if disk is not None:
+                    worst_disk = disk / fp["budget"] if worst_disk is None else max(worst_disk, disk / fp["budget"])
+    if worst_own is not None:
+        line += (f" Against its local budget: at most {worst_own:.2f}x by its own footprint "
+                 f"accounting (stats()[\"cloud\"][\"footprint\"]) and {worst_disk:.2f}x on disk "
+                 f"(the data directory, allocated), after load or after the run.")
+    return line
+
+
 def _requests_line(doc: dict[str, Any], system: str) -> str | None:
     """The system's own request counts against the proxy's, over its trials."""
     checks = [c for t in doc.get("trials", []) if t.get("system") == system and t.get("status") == "ok"
@@ -181,6 +217,9 @@ def summary(doc: dict[str, Any], paths: dict[str, Any]) -> str:
     costs = workload_costs(doc)
     if costs:
         lines += [""] + _workload_table(doc, costs)
+        fp = _footprint_line(doc, costs[0]["tiered"])
+        if fp:
+            lines += [fp]
         lines += ["", render_costs(doc), "", "What this means:"] + meaning(doc, costs)
     else:  # no tiered or no all-local system ran: what each kept where
         for s in doc.get("systems", []):

@@ -24,7 +24,7 @@ def _trial(system: str, w: str, tput: float, disk: float, **extra: object) -> di
     t = {"system": system, "workload": w, "status": "ok",
          "run": {"throughput": tput, "seconds": 10.0,
                  "latency": {"read": {"count": 5000 if w == "a" else 10_000}}},
-         "disk": {"after_run": {"allocated": int(disk)}}}
+         "disk": {"after_load": {"allocated": int(disk)}, "after_run": {"allocated": int(disk)}}}
     t.update(extra)
     return t
 
@@ -41,7 +41,10 @@ def _tiered(w: str, tput: float, run: dict) -> dict:
                   bucket_kinds={"kinds": {"cloud_tables": {"objects": 8, "bytes": GIB},
                                           "retired_tables": {"objects": 1, "bytes": 2 * GIB}}},
                   proxy_at={"start": _proxy(), "before_run": _proxy(), "after_run": after, "end": end},
-                  proxy={"requests": end["requests"]})
+                  proxy={"requests": end["requests"]},
+                  stats={p: {"raw": {"cloud": {"footprint": {"budget": int(0.1 * GIB),
+                                                             "total": int(0.09 * GIB)}}}}
+                         for p in ("after_load", "after_run")})
 
 
 def _doc() -> dict:
@@ -78,6 +81,9 @@ def test_summary_per_workload_against_both_all_local_systems() -> None:
     assert "0.80x-0.90x of all-local rocksmash's throughput" in text
     assert "70 of its reads went to S3 (20 ms each)" in text
     assert "break-even" in text and "100 GiB: tiered / all-local" in text
+    assert ("Local disk after load + full compaction: rocksmash 102.4 MiB, 0.10x rocksdb's 1.0 GiB, "
+            "0.09x rocksmash-local's 1.1 GiB") in text
+    assert "at most 0.90x by its own footprint accounting" in text and "1.00x on disk" in text
     assert "out/report.md" in text and "cost_footprint.png" in text
 
 
