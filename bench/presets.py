@@ -37,7 +37,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_seconds": 120.0,
     },
     "demo": {
-        "description": "the demo (`make demo`): YCSB A, B, C, E on 200,000 records, 400,000 "
+        "description": "the demo (`make demo`): YCSB A, B, C, E on 200,000 records, 1,000,000 "
                        "operations each, one client thread; rocksmash tiered (its default one "
                        "local budget, 10% of the data; the colder levels in S3: SeaweedFS, or "
                        "moto where it is not installed, behind a 20 ms/request proxy, started "
@@ -45,7 +45,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                        "run phase capped at 20 s; about 5 minutes on 2 cores",
         "workloads": ["a", "b", "c", "e"],
         "records": 200_000,
-        "ops": 400_000,
+        "ops": 1_000_000,
         "systems": ["rocksmash", "rocksmash-local", "rocksdb"],
         "baseline": "rocksdb",
         "network": "s3",

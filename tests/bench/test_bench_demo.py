@@ -79,7 +79,7 @@ def test_summary_per_workload_against_both_all_local_systems() -> None:
     assert "latency model proxy: the delay proxy adds 20 ms" in text
     assert "What this means:" in text and "does not pay" in text
     assert "0.80x-0.90x of all-local rocksmash's throughput" in text
-    assert "70 of its reads went to S3 (20 ms each)" in text
+    assert "its reads made 70 GETs (20 ms each)" in text
     assert "break-even" in text and "100 GiB: tiered / all-local" in text
     assert ("Local disk after load + full compaction: rocksmash 102.4 MiB, 0.10x rocksdb's 1.0 GiB, "
             "0.09x rocksmash-local's 1.1 GiB") in text
