@@ -38,6 +38,13 @@ def _ok_groups(doc: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]
     return {k: ts for k, ts in group_trials(doc).items() if all(t.get("status") == "ok" for t in ts)}
 
 
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _colors(systems: list[str]) -> dict[str, Any]:
     cmap = plt.get_cmap("tab10")
     return {s: cmap(i % 10) for i, s in enumerate(systems)}
@@ -76,10 +83,7 @@ def plot_throughput(doc: dict[str, Any], path: Path, baseline: str | None = None
     ax.set_title(f"Throughput (labels: ratio to {baseline or doc.get('baseline')})")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_latency_cdf(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
@@ -104,10 +108,7 @@ def plot_latency_cdf(doc: dict[str, Any], workload: str, path: Path) -> Path | N
     ax.set_title(f"Workload {workload.upper()}: latency CDF")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_timeline(doc: dict[str, Any], workload: str, path: Path) -> Path | None:
@@ -127,10 +128,7 @@ def plot_timeline(doc: dict[str, Any], workload: str, path: Path) -> Path | None
     ax.set_title(f"Workload {workload.upper()}: throughput over time")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _bars(ax: Any, doc: dict[str, Any], values: dict[tuple[str, str], float], colors: dict[str, Any],
@@ -202,10 +200,7 @@ def plot_cost_footprint(doc: dict[str, Any], path: Path) -> Path | None:
                  fontsize=10)
     a3.grid(alpha=0.3, which="both")
     a3.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_plots(doc: dict[str, Any], out_dir: Path, baseline: str | None = None) -> list[Path]:
