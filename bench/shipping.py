@@ -81,14 +81,15 @@ def _wait_shipped(db: Any, timeout: float = 60.0) -> None:
 
 def measure_writes(env: Environment, modes: Sequence[str], writes: int, sync_writes: int,
                    threads: int, value_size: int, rate: float = 0.0,
-                   idle: float = 0.0) -> list[dict[str, Any]]:
+                   idle: float = 0.0, options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     import rocksmash
 
     value = os.urandom(value_size // 2) * 2
     rows = []
     for mode in modes:
         with tempfile.TemporaryDirectory() as d:
-            db = rocksmash.open(f"{d}/db", wal_shipping=mode, **_store_opts(env, f"writes-{mode}"))
+            db = rocksmash.open(f"{d}/db", wal_shipping=mode, **dict(options or {}),
+                                **_store_opts(env, f"writes-{mode}"))
             try:
                 puts0 = _puts(db.stats())
                 plain = _paced_puts(db, writes, rate, value)
@@ -231,6 +232,19 @@ def _slatedb_rebuild(env: Environment, records: int, value_size: int) -> dict[st
     return asyncio.run(go())
 
 
+def _options(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--opt wants KEY=VALUE, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench shipping", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -243,6 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--idle", type=float, default=0.0,
                    help="after the plain puts are shipped, count PUTs over this many seconds "
                         "without writes (default 0: skip)")
+    p.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="a rocksmash option of the writes' databases, repeatable; VALUE is "
+                        "JSON if it parses (e.g. --opt wal_ship_interval=1)")
     p.add_argument("--sync-writes", type=int, default=800, help="sync=True puts per mode")
     p.add_argument("--threads", type=int, default=8, help="threads for the sync=True puts")
     p.add_argument("--records", type=int, default=200_000, help="records for the rebuild")
@@ -259,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("writes per shipping mode:")
             results["writes"] = measure_writes(env, a.modes.split(","), a.writes,
                                                a.sync_writes, a.threads, a.value_size,
-                                               a.rate, a.idle)
+                                               a.rate, a.idle, _options(a.opt))
         if a.part in ("rebuild", "both"):
             print(f"rebuild after losing the local disk ({a.records} records):")
             results["rebuild"] = measure_rebuild(env, a.records, a.value_size)
