@@ -115,17 +115,26 @@ def meaning(doc: dict[str, Any], costs: list[dict[str, Any]]) -> list[str]:
              if c["now"]["all_local"].total]
     be = [c["break_even_bytes"] for c in costs]
     tib = [c["at"]["1 TiB"]["tiered"].total / c["at"]["1 TiB"]["all_local"].total for c in costs]
-    saving = costs[0]["saving_per_gib"]
+    savings = [c["saving_per_gib"] for c in costs]
+    fetched = (f"its reads made {gets:,} GETs ({delay:g} ms each) while its caches filled after "
+               f"the full compaction" if gets else
+               "its reads made no GET: its local caches held every block, so the cloud read "
+               "path did not run (a DataCache as large as the data)")
+    if min(savings) > 0:
+        per_gib = f"Each GiB of data costs {_span(savings, lambda x: f'${x:.3f}')} a month less tiered"
+    else:
+        dear = ", ".join(c["workload"].upper() for c in costs if c["saving_per_gib"] <= 0)
+        per_gib = (f"A GiB of data costs no less tiered in {dear} (its local disk is about "
+                   f"all-local's, and the bucket comes on top)")
     lines = [
         f"- Speed and disk: tiered rocksmash kept {_span(disk)} of {costs[0]['all_local']}'s local "
-        f"disk and ran at {_span(tput)} of all-local rocksmash's throughput; its reads made {gets:,} GETs "
-        f"({delay:g} ms each) while its caches filled after the full compaction.",
+        f"disk and ran at {_span(tput)} of all-local rocksmash's throughput; {fetched}.",
         f"- Cost: at {format_size(costs[0]['data_bytes'])} of data tiering costs {_span(now_x, times)} "
         f"all-local: so little data costs cents anywhere, while this run's requests, continued "
         f"for a month, cost {_span(puts, usd)} in PUTs (WAL shipping and table uploads while "
         f"writing) and {_span(gets_usd, usd)} in GETs (mostly the cold start after the full "
-        f"compaction; a longer run has a lower rate). Each GiB of data costs ${saving:.3f} a "
-        f"month less tiered, so tiering pays from the break-even on "
+        f"compaction; a longer run has a lower rate). {per_gib}, so tiering pays from the "
+        f"break-even on "
         f"({_span([b for b in be if b is not None], format_size)}"
         + ("; never in some workloads" if None in be else "")
         + f"); at 1 TiB it costs {_span(tib)} of all-local.",
