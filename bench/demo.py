@@ -187,17 +187,22 @@ def _requests_line(doc: dict[str, Any], system: str) -> str | None:
               for c in [request_check(t)] if c is not None and c["own"]]
     if not checks:
         return None
-    if all(c["agree"] for c in checks):
+    if all(c["agree"] or c.get("in_flight") for c in checks):
         own = sum(c["own"] for c in checks)
         close = sum(c["close"] for c in checks)
         cont = sum(c["continuations"] for c in checks)
+        flying = sum(c.get("in_flight") or 0 for c in checks)
+        same = (f"the same {own:,} HTTP requests, by kind too" if not flying else
+                f"the same by kind but for {flying:,} still in flight when a run ended (the "
+                f"proxy counts a request when it starts, the system when it returns)")
         return (f"Object-store requests of {system}: the system counted {own:,} over its "
-                f"{len(checks)} trials (open to the end of each run) and the proxy carried the "
-                f"same {own:,} HTTP requests, by kind too; the closes made {close:,} more, and "
-                f"the proxy's other {cont:,} delayed bursts were request bodies (botocore sends "
-                f"each PUT's body after `100 Continue`), not requests.")
+                f"{len(checks)} trials (open to the end of each run) and the proxy carried "
+                f"{same}; the closes made {close:,} more, and the proxy's other {cont:,} "
+                f"delayed bursts were request bodies (botocore sends each PUT's body after "
+                f"`100 Continue`), not requests.")
     bad = [f"{t['workload'].upper()}: {describe_request_check(c)}" for t in doc.get("trials", [])
-           if t.get("system") == system for c in [request_check(t)] if c and not c["agree"]]
+           if t.get("system") == system for c in [request_check(t)]
+           if c and not (c["agree"] or c.get("in_flight"))]
     return f"Object-store requests of {system} do NOT agree with the proxy's: " + " | ".join(bad)
 
 

@@ -96,11 +96,16 @@ def test_request_counts_agree_with_the_proxy_or_say_where_they_differ() -> None:
     assert ("the system counted 96 over its 2 trials (open to the end of each run) and the "
             "proxy carried the same 96 HTTP requests") in text
     assert "the closes made 2 more" in text and "not requests" in text
-    bad = copy.deepcopy(doc)
-    bad["trials"][3]["proxy_at"]["after_run"]["http_get"] += 3
-    assert not request_check(bad["trials"][3])["agree"]
+    flying = copy.deepcopy(doc)  # a PUT the proxy saw start and the meter not yet return
+    flying["trials"][3]["proxy_at"]["after_run"]["http_put"] += 1
+    check = request_check(flying["trials"][3])
+    assert not check["agree"] and check["in_flight"] == 1
+    assert "but for 1 still in flight when a run ended" in summary(flying, _paths(Path("out")))
+    bad = copy.deepcopy(doc)  # the proxy saw fewer: no request in flight explains that
+    bad["trials"][3]["proxy_at"]["after_run"]["http_get"] -= 3
+    assert request_check(bad["trials"][3])["in_flight"] is None
     text = summary(bad, _paths(Path("out")))
-    assert "do NOT agree" in text and "GET 21 vs 24" in text
+    assert "do NOT agree" in text and "GET 21 vs 18" in text
     md = render_markdown(doc)
     assert "## Monthly cost and break-even" in md and "the proxy carried the same 68" in md
     assert "- latency model: proxy: the delay proxy adds 20 ms" in md
