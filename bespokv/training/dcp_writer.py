@@ -98,16 +98,20 @@ class KVStorageWriter(StorageWriter):
 
     ``step``: the training step recorded in the catalog (default: the trailing integer of
     the name, as in ``"step-100"``). The id may also be given to ``dcp.save(checkpoint_id=)``.
-    Raises ``CheckpointExistsError`` (from ``dcp.save``) if the id is already committed.
+    Raises ``CheckpointExistsError`` ("Checkpoint already exists: ...", from ``dcp.save``)
+    if the id is already committed, unless ``overwrite`` (default False, where
+    FileSystemWriter's is True): then the committed checkpoint is replaced.
     """
 
-    def __init__(self, store: CheckpointStore, checkpoint_id: str | None = None, *, step: int | None = None) -> None:
+    def __init__(self, store: CheckpointStore, checkpoint_id: str | None = None, *, step: int | None = None,
+                 overwrite: bool = False) -> None:
         super().__init__()
         if not isinstance(store, CheckpointStore):
             raise InvalidArgumentError(f"KVStorageWriter needs a CheckpointStore, not {type(store).__name__}")
         self.store = store
         self.checkpoint_id = None if checkpoint_id is None else checkpoint_id_of(checkpoint_id)
         self.step = step
+        self.overwrite = overwrite
         self.is_coordinator = False
         self.save_id: str | None = None
         self.last_stats: SaveStats | None = None
@@ -132,7 +136,7 @@ class KVStorageWriter(StorageWriter):
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         assert self.checkpoint_id is not None
-        save_id = self.store.begin(self.checkpoint_id, self.step)
+        save_id = self.store.begin(self.checkpoint_id, self.step, overwrite=self.overwrite)
         return [dataclasses.replace(p, storage_data=save_id) for p in plans]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:

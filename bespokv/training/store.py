@@ -115,11 +115,15 @@ class CheckpointStore:
 
     # -- the save protocol (used by KVStorageWriter) ----------------------------------------
 
-    def begin(self, checkpoint_id: str, step: int | None = None) -> str:
+    def begin(self, checkpoint_id: str, step: int | None = None, *, overwrite: bool = False) -> str:
         """Register a pending save of ``checkpoint_id``; return its new save id.
 
-        Raises ``CheckpointExistsError`` if the id is committed or a live save holds it;
-        ``InvalidArgumentError`` for a malformed id. An expired pending record is reaped.
+        Raises ``CheckpointExistsError`` (its message starts with DCP's "Checkpoint already
+        exists", which tools match) if a live save holds the id, or if it is committed and
+        ``overwrite`` is false; with ``overwrite`` the committed checkpoint is deleted first
+        (its chunks are freed by a later ``gc``), as FileSystemWriter's ``overwrite=True``
+        removes the old metadata before it writes. ``InvalidArgumentError`` for a malformed
+        id. An expired pending record is reaped.
         """
         run, name = split_checkpoint_id(checkpoint_id)
         key = checkpoint_key(self.ns, run, name)
@@ -128,9 +132,16 @@ class CheckpointStore:
             if raw is not None:
                 rec = CheckpointRecord.decode(raw)
                 if rec.state == COMMITTED:
-                    raise CheckpointExistsError(f"checkpoint {checkpoint_id!r} exists; delete it first")
+                    if not overwrite:
+                        raise CheckpointExistsError(
+                            f"Checkpoint already exists: {checkpoint_id!r} is committed and overwrite=False; "
+                            "delete it first")
+                    if self.kv.cas(key, raw, None):
+                        self._delete_metadata(rec.save_id)
+                    continue
                 if rec.expires > self.clock():
-                    raise CheckpointExistsError(f"a save of {checkpoint_id!r} is in progress (save {rec.save_id})")
+                    raise CheckpointExistsError(f"Checkpoint already exists: a save of {checkpoint_id!r} is in "
+                                                f"progress (save {rec.save_id})")
                 self.reap(key, raw, rec)
                 continue
             now = self.clock()
