@@ -7,9 +7,10 @@ every step run on in-memory lists and dicts, microseconds per call, no RPC:
 * ``plan(position, k)``: the next ``k`` rows after ``position`` (the prefetch plan); it
   wraps into the next iteration, because a training step repeats the same order;
 * ``where(tensor_id)``: the tensor's current tier (``gpu``/``cpu``/``nvme``);
-* ``move(tensor_id, tier)``: record a migration (a dict store plus a dirty mark);
-* ``size_classes()``: a histogram of tensor sizes by power-of-two class, from which a cache
-  sizes its pinned buffers.
+* ``move(tensor_id, tier)``: record a migration (a dict store plus a dirty mark); it moves
+  no bytes: the cache that moved the tensor reports it;
+* ``size_classes()``: a histogram of tensor sizes by power-of-two class: what a cache
+  would size a buffer pool by (nothing here allocates buffers).
 
 Persistence (per model and configuration, so the next run reuses the profile: training
 graphs are static, so 10Cache profiles once): ``save`` writes the rows synchronously;
