@@ -9,7 +9,7 @@ How each guarantee is kept:
 * Atomic put: write a temp file in ``.cloudtier/tmp``, fsync it, then ``rename`` it over
   the target (atomic on POSIX); fsync the parent directory so the rename survives a crash.
   Readers take no lock: an open file keeps its inode, so they see the old or new object.
-* Etag: the MD5 of the content, stored on the temp file as the extended attribute
+* Etag: the MD5 of the content (or, with ``etag="xxh3"``, its XXH3-128), stored on the temp file as the extended attribute
   ``user.cloudtier.etag`` before the rename, so it travels with the inode atomically,
   beside ``user.cloudtier.etag-mtime``, the file's mtime (ns) when it was stamped. On file
   systems without user xattrs, for files copied in by hand, and for files whose mtime is
@@ -39,7 +39,9 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+import xxhash
 
 from cloudtier.errors import (
     InvalidKeyError,
@@ -61,7 +63,7 @@ from cloudtier.store import (
     content_etag,
 )
 
-__all__ = ["FileStore", "ETAG_XATTR", "ETAG_MTIME_XATTR", "RESERVED_DIR"]
+__all__ = ["FileStore", "ETAG_XATTR", "ETAG_MTIME_XATTR", "ETAG_KINDS", "RESERVED_DIR"]
 
 #: Extended attribute holding an object's etag.
 ETAG_XATTR = "user.cloudtier.etag"
@@ -69,8 +71,17 @@ ETAG_XATTR = "user.cloudtier.etag"
 #: a different mtime means the file was written since, and the etag is recomputed.
 #: Files stamped before it existed have none, and their etag xattr is trusted.
 ETAG_MTIME_XATTR = "user.cloudtier.etag-mtime"
+#: What ``etag=`` may name: ``md5`` (the default, as S3 and ``memory://`` give) or ``xxh3``,
+#: XXH3-128 as ``xxh3-<32 hex>``: about 25x cheaper to compute (15 GB/s per core here,
+#: MD5 0.6 GB/s), for stores whose etags are never compared with another backend's.
+ETAG_KINDS = ("md5", "xxh3")
+_XXH3_PREFIX = "xxh3-"
 #: Top-level directory for the store's own files; not a valid first key segment.
 RESERVED_DIR = ".cloudtier"
+# Bytes per write(2) of a put. One write of a whole multi-MiB object made the kernel's copy
+# into the page cache much slower here than 1 MiB pieces (8 threads putting 128 objects
+# of 4 MiB: 1.97 s against 0.61 s, medians of 5; decision 0057).
+_WRITE_PIECE = 1 << 20
 # Temp files older than this at open time were left by a crashed writer.
 _STALE_TMP_S = 3600.0
 # Errors that mean "no such object here" when opening or unlinking a path.
@@ -83,8 +94,9 @@ class FileStore(ClosableMixin, ObjectStore):
     """An :class:`ObjectStore` in the directory ``root`` (created if missing).
 
     ``fsync=False`` skips every fsync: faster, for tests and scratch data only, since a
-    machine crash may then lose or truncate recent objects. ``page_size`` bounds a list
-    page. Thread- and process-safe; see the module docstring for how.
+    machine crash may then lose or truncate recent objects. ``etag`` picks the etag
+    function (:data:`ETAG_KINDS`). ``page_size`` bounds a list page. Thread- and
+    process-safe; see the module docstring for how.
     """
 
     def __init__(
@@ -92,10 +104,15 @@ class FileStore(ClosableMixin, ObjectStore):
         root: str | os.PathLike[str],
         *,
         fsync: bool = True,
+        etag: str = "md5",
         page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
+        if etag not in ETAG_KINDS:
+            raise ValueError(f"etag must be one of {ETAG_KINDS}, got {etag!r}")
+        self._etag_fn: Callable[[BytesLike], str] = content_etag if etag == "md5" else _xxh3_etag
+        self._xxh3 = etag == "xxh3"
         self._root = os.path.abspath(os.fspath(root))
         self._fsync = fsync
         self._page_size = page_size
@@ -131,7 +148,7 @@ class FileStore(ClosableMixin, ObjectStore):
         self._check_open()
         path = self._path(key)
         check_put_args(data, if_none_match, if_match)
-        etag = content_etag(data)
+        etag = self._etag_fn(data)
         tmp: str | None = None
         try:
             tmp = self._write_temp(data, etag)
@@ -265,9 +282,11 @@ class FileStore(ClosableMixin, ObjectStore):
         """Write ``data`` to a synced temp file carrying its etag; return the temp path."""
         fd, tmp = tempfile.mkstemp(dir=self._tmp_dir, prefix="put-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
+            with os.fdopen(fd, "wb", buffering=0) as f:
+                view = memoryview(data).cast("B")
+                at = 0
+                while at < len(view):  # a raw write may be short
+                    at += f.write(view[at:at + _WRITE_PIECE])
                 os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; objects are plain files
                 if self._xattrs:
                     try:
@@ -342,15 +361,16 @@ class FileStore(ClosableMixin, ObjectStore):
                 if e.errno not in _NO_XATTR:
                     raise
             else:
-                try:
-                    stamp = os.getxattr(fd, ETAG_MTIME_XATTR)
-                except OSError as e:
-                    if e.errno not in _NO_XATTR:
-                        raise
-                    return etag  # stamped before mtimes were kept
-                if stamp == b"%d" % st.st_mtime_ns:
-                    return etag
-        return content_etag(_pread_exact(fd, st.st_size, 0))
+                if etag.startswith(_XXH3_PREFIX) == self._xxh3:  # else stamped by the other kind
+                    try:
+                        stamp = os.getxattr(fd, ETAG_MTIME_XATTR)
+                    except OSError as e:
+                        if e.errno not in _NO_XATTR:
+                            raise
+                        return etag  # stamped before mtimes were kept
+                    if stamp == b"%d" % st.st_mtime_ns:
+                        return etag  # else written since it was stamped
+        return self._etag_fn(_pread_exact(fd, st.st_size, 0))
 
     def _etag_at(self, path: str) -> str | None:
         """The etag of the object at ``path``, or None if there is none."""
@@ -417,6 +437,10 @@ def _conflict(key: str, other: str) -> InvalidKeyError:
         f"file stores cannot hold both {key!r} and {other!r}: "
         "a name is either a file or a directory"
     )
+
+
+def _xxh3_etag(data: BytesLike) -> str:
+    return _XXH3_PREFIX + xxhash.xxh3_128_hexdigest(data)
 
 
 def _pread_exact(fd: int, n: int, offset: int) -> bytes:

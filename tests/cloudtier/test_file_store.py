@@ -261,3 +261,31 @@ def test_a_delete_survives_another_delete_that_prunes_its_directory(
         _racing_fsync(monkeypatch, lambda: store.delete("chunks/ab/y"))
         store.delete("chunks/ab/x")
         assert list(store.list()) == [] and not (tmp_path / "chunks").exists()
+
+
+def test_xxh3_etags_are_cheap_and_each_store_kind_reports_its_own(tmp_path: Path) -> None:
+    import xxhash
+
+    want = "xxh3-" + xxhash.xxh3_128_hexdigest(b"content")
+    with cloudtier.open_store(tmp_path.as_uri(), etag="xxh3") as store:
+        assert store.put("k", b"content") == want == store.head("k").etag
+        store.put("k", b"other", if_match=store.head("k").etag)
+        with pytest.raises(PreconditionFailedError):
+            store.put("k", b"third", if_match=want)
+        store.put("m", b"content")
+    with FileStore(tmp_path) as md5_store:  # the same files: their etags by its own function
+        assert md5_store.head("m").etag == hashlib.md5(b"content").hexdigest()
+        md5_store.put("m", b"content")
+    with FileStore(tmp_path, etag="xxh3") as store:
+        assert store.head("m").etag == want
+    with pytest.raises(ValueError, match="etag"):
+        FileStore(tmp_path, etag="sha1")
+
+
+def test_an_object_of_several_write_pieces_round_trips(tmp_path: Path) -> None:
+    from cloudtier.file_store import _WRITE_PIECE
+
+    data = os.urandom(3 * _WRITE_PIECE + 12345)
+    with FileStore(tmp_path) as store:
+        assert store.put("big", memoryview(data)) == hashlib.md5(data).hexdigest()
+        assert store.get("big") == data and store.head("big").size == len(data)
