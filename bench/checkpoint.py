@@ -5,7 +5,9 @@ Measured in one run, on one machine (see docs/benchmarks.md, "The checkpoint ben
 * save and load throughput (GB/s, 1e9 bytes) of a model-plus-Adam state dict (default
   1 GiB) for
   - ``fs-local``: DCP's FileSystemWriter/Reader into a local directory;
-  - ``kv-file``: KVStorageWriter/Reader, rocksmash + ``file://`` on the same disk;
+  - ``kv-file``: KVStorageWriter/Reader, rocksmash + ``file://`` on the same disk, the
+    store opened with ``etag="xxh3"`` as docs/training.md advises;
+  - ``kv-file-md5``: the same with the file store's default MD5 etags;
   - ``fsspec-s3``: DCP's FsspecWriter/Reader (s3fs) to the local S3 server;
   - ``kv-s3``: KVStorageWriter/Reader, rocksmash + ``s3://`` on the same server;
   every trial into a fresh location (no dedup between trials), trials alternating, the
@@ -91,22 +93,23 @@ def _throughput(args: argparse.Namespace, tmp: str, s3: Any, sd: dict[str, Any],
     results: dict[str, list[dict[str, float]]] = {}
 
     def trial(name: str, save: Any, load: Any) -> None:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         save()
-        save_s = time.perf_counter() - t0
+        save_s, save_cpu = time.perf_counter() - t0, time.process_time() - c0
         back = empty_like_state(sd)
         t0 = time.perf_counter()
         load(back)
         load_s = time.perf_counter() - t0
         if not same_state(sd, back):
             raise SystemExit(f"{name}: a tensor did not round-trip")
-        results.setdefault(name, []).append({"save_s": save_s, "load_s": load_s})
-        print(f"  {name:<10} save {_gb_s(nbytes, save_s):6.3f} GB/s   load {_gb_s(nbytes, load_s):6.3f} GB/s", flush=True)
+        results.setdefault(name, []).append({"save_s": save_s, "load_s": load_s, "save_cpu_s": save_cpu})
+        print(f"  {name:<11} save {_gb_s(nbytes, save_s):6.3f} GB/s ({save_cpu:5.2f} s CPU)   "
+              f"load {_gb_s(nbytes, load_s):6.3f} GB/s", flush=True)
 
     def fs_local(i: int) -> None:
         path = f"{tmp}/fs-{i}"
         trial("fs-local",
-              lambda: dcp.save(sd, storage_writer=dcp.FileSystemWriter(path, thread_count=args.threads)),
+              lambda: dcp.save(sd, storage_writer=dcp.FileSystemWriter(path, thread_count=args.threads, overwrite=False)),
               lambda back: dcp.load(back, storage_reader=dcp.FileSystemReader(path)))
 
     def kv(name: str, url: str, i: int, **opts: Any) -> None:
@@ -121,7 +124,9 @@ def _throughput(args: argparse.Namespace, tmp: str, s3: Any, sd: dict[str, Any],
     for i in range(args.repeat):
         fs_local(i)
         os.makedirs(f"{tmp}/kvobj-{i}")
-        kv("kv-file", Path(f"{tmp}/kvobj-{i}").as_uri(), i)
+        kv("kv-file", Path(f"{tmp}/kvobj-{i}").as_uri(), i, etag="xxh3")
+        os.makedirs(f"{tmp}/kvobj-md5-{i}")
+        kv("kv-file-md5", Path(f"{tmp}/kvobj-md5-{i}").as_uri(), i)
         if s3 is not None:
             kv("kv-s3", f"s3://bench/kv-{i}", i, **s3.store_options())
     if s3 is not None and not args.skip_fsspec:
@@ -134,11 +139,12 @@ def _throughput(args: argparse.Namespace, tmp: str, s3: Any, sd: dict[str, Any],
         peer = json.loads(proc.stdout.strip().splitlines()[-1])
         results["fsspec-s3"] = peer["trials"]
         for t in peer["trials"]:
-            print(f"  fsspec-s3  save {_gb_s(nbytes, t['save_s']):6.3f} GB/s   load {_gb_s(nbytes, t['load_s']):6.3f} GB/s")
+            print(f"  fsspec-s3   save {_gb_s(nbytes, t['save_s']):6.3f} GB/s   load {_gb_s(nbytes, t['load_s']):6.3f} GB/s")
     summary = {}
     for name, trials in results.items():
         summary[name] = {"save_gb_s": _gb_s(nbytes, statistics.median(t["save_s"] for t in trials)),
                          "load_gb_s": _gb_s(nbytes, statistics.median(t["load_s"] for t in trials)),
+                         "save_cpu_s": statistics.median(t.get("save_cpu_s", float("nan")) for t in trials),
                          "trials": trials}
     return summary
 
@@ -155,7 +161,7 @@ def _dedup(args: argparse.Namespace, tmp: str, s3: Any, sd: dict[str, Any], nbyt
         objects = cloudtier.open_store("s3://bench/dedup", metered=True, **s3.store_options())
     else:
         os.makedirs(f"{tmp}/dedup-obj")
-        objects = cloudtier.open_store(Path(f"{tmp}/dedup-obj").as_uri(), metered=True)
+        objects = cloudtier.open_store(Path(f"{tmp}/dedup-obj").as_uri(), metered=True, etag="xxh3")
     meter = objects.find(cloudtier.MeteredStore)
     assert meter is not None
     rows = []
@@ -217,16 +223,18 @@ def _report(res: dict[str, Any]) -> str:
              f"state: {res['state_bytes'] / 2**30:.2f} GiB ({res['tensors']} parameters + Adam state, float32), "
              f"threads {res['threads']}, repeat {res['repeat']} (median), S3: {res['s3']}  ",
              f"load average before/after: {res['load_before']} / {res['load_after']} on {os.cpu_count()} cores\n",
-             "| writer/reader | save GB/s | load GB/s | save ratio | load ratio |", "|---|---|---|---|---|"]
-    peers = {"kv-file": "fs-local", "kv-s3": "fsspec-s3"}
-    for name in ("fs-local", "kv-file", "fsspec-s3", "kv-s3"):
+             "| writer/reader | save GB/s | save CPU s | load GB/s | save ratio | load ratio |",
+             "|---|---|---|---|---|---|"]
+    peers = {"kv-file": "fs-local", "kv-file-md5": "fs-local", "kv-s3": "fsspec-s3"}
+    for name in ("fs-local", "kv-file", "kv-file-md5", "fsspec-s3", "kv-s3"):
         if name not in tp:
             continue
         r = tp[name]
         peer = tp.get(peers.get(name, ""))
         ratio = (f"{r['save_gb_s'] / peer['save_gb_s']:.2f}x {peers[name]}", f"{r['load_gb_s'] / peer['load_gb_s']:.2f}x") \
             if peer else ("", "")
-        lines.append(f"| {name} | {r['save_gb_s']:.3f} | {r['load_gb_s']:.3f} | {ratio[0]} | {ratio[1]} |")
+        cpu = f"{r['save_cpu_s']:.2f}" if r["save_cpu_s"] == r["save_cpu_s"] else ""
+        lines.append(f"| {name} | {r['save_gb_s']:.3f} | {cpu} | {r['load_gb_s']:.3f} | {ratio[0]} | {ratio[1]} |")
     lines += ["", "| round | uploaded MiB | of MiB | share |", "|---|---|---|---|"]
     for d in res["dedup"]:
         lines.append(f"| {d['round']} | {d['uploaded_bytes'] / 2**20:.1f} | {d['state_bytes'] / 2**20:.1f} | "

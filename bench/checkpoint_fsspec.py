@@ -57,16 +57,16 @@ def main() -> None:
     out = []
     for trial in range(a["repeat"]):
         path = f"s3://{a['bucket']}/fsspec-{os.getpid()}-{trial}"
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         dcp.save(sd, storage_writer=FsspecWriter(path, thread_count=a["threads"], **fs))
-        save_s = time.perf_counter() - t0
+        save_s, save_cpu = time.perf_counter() - t0, time.process_time() - c0
         back = empty_like_state(sd)
         t0 = time.perf_counter()
         dcp.load(back, storage_reader=FsspecReader(path, **fs))
         load_s = time.perf_counter() - t0
         if not same_state(sd, back):
             raise SystemExit("fsspec peer: a tensor did not round-trip")
-        out.append({"save_s": save_s, "load_s": load_s})
+        out.append({"save_s": save_s, "load_s": load_s, "save_cpu_s": save_cpu})
     print(json.dumps({"bytes": state_bytes(sd), "trials": out, "torch": torch.__version__}))
 
 
