@@ -10,7 +10,7 @@ every step run on in-memory lists and dicts, microseconds per call, no RPC:
 * ``move(tensor_id, tier)``: record a migration (a dict store plus a dirty mark); it moves
   no bytes: the cache that moved the tensor reports it;
 * ``size_classes()``: a histogram of tensor sizes by power-of-two class: what a cache
-  would size a buffer pool by (nothing here allocates buffers).
+  sizes a buffer pool by (:mod:`bespokv.training.offload` is such a cache).
 
 Persistence (per model and configuration, so the next run reuses the profile: training
 graphs are static, so 10Cache profiles once): ``save`` writes the rows synchronously;
@@ -145,6 +145,10 @@ class TensorTable:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def __contains__(self, tensor_id: object) -> bool:
+        """Whether the table has rows of ``tensor_id``."""
+        return tensor_id in self._tier
 
     # -- persistence ------------------------------------------------------------------------
 

@@ -37,3 +37,15 @@ def test_fsspec_peer_script_imports_torch_from_any_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the peer's venv has no project
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_offload_bench_smoke(tmp_path):
+    from bench.checkpoint_offload import main
+
+    assert main(["--dim", "16", "--layers", "1", "--vocab", "50", "--batch", "2", "--seq", "4", "--warmup", "3",
+                 "--steps", "1", "--repeat", "1", "--dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    modes = res["modes"]
+    assert modes["resident"]["allocations_per_step"] == [0]
+    assert modes["on_demand"]["allocations_per_step"][0] > 0  # two fresh tensors per parameter per step
+    assert 0 < modes["prefetch"]["state_bytes_in_memory"] <= res["pool_capacity_bytes"]  # a bounded pool
