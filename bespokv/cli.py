@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -207,6 +208,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         format=f"%(asctime)s {args.node} %(levelname)s %(name)s: %(message)s",
     )
     cfg = _with_node(load(args.config), args.node, args.config)
+    _warn_open_doors(cfg)
 
     async def serve() -> None:
         from bespokv.server import Node
@@ -248,6 +250,17 @@ def cmd_node(args: argparse.Namespace) -> int:
         return 0
     asyncio.run(serve())
     return 0
+
+
+def _warn_open_doors(cfg: ClusterConfig) -> None:
+    """Log what a token cluster leaves open (docs/bespokv.md, "Security")."""
+    log = logging.getLogger("bespokv")
+    if cfg.token and not cfg.peer_token:
+        log.warning("[cluster] has a token but no peer_token: every holder of the client token can act as a "
+                    "replica (decision 0052)")
+    if cfg.node_token and cfg.etcd and not cfg.etcd_password:
+        log.warning("[cluster] has a token but no etcd_password: anyone who reaches etcd can rewrite the shard "
+                    "map (decision 0053)")
 
 
 def _coordinated(cfg: ClusterConfig, what: str) -> None:
@@ -486,11 +499,20 @@ def _tls(args: argparse.Namespace) -> TlsConfig | None:
     )
 
 
+def _peer_token(args: argparse.Namespace) -> str:
+    """The nodes' own token: ``--peer-token``, else a random one. A cluster started here
+    always has one, so no client can act as a peer (decision 0052)."""
+    return str(args.peer_token or secrets.token_urlsafe(32))
+
+
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from bespokv.testing import LocalCluster
 
     d = os.path.abspath(args.dir)
     tls = _tls(args)
+    peer_token = _peer_token(args)
+    if peer_token == args.token:
+        raise UsageError("--peer-token must differ from --token (or clients could act as peers)")
     pids_file = _pids_path(d)
     if os.path.exists(pids_file):
         with open(pids_file) as f:
@@ -522,7 +544,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster(
             args.nodes, replicas=args.replicas, shards=args.shards, mode=mode, datalet=DataletSpec(args.datalet),
-            dir=d, token=args.token, ports=ports, detach=args.detach, etcd=etcd, tls=tls,
+            dir=d, token=args.token, peer_token=peer_token, ports=ports, detach=args.detach, etcd=etcd, tls=tls,
         )
     except Error as exc:
         print(f"bespokv: {exc}", file=sys.stderr)
@@ -538,6 +560,8 @@ def _restart(args: argparse.Namespace, d: str, cfg_path: str, pids_file: str) ->
     from bespokv.testing import LocalCluster
 
     cfg = load(cfg_path)
+    if cfg.peer_token is None:  # a cluster made before peers had their own token gets one
+        cfg = cfg.replace(peer_token=_peer_token(args))
     if args.nodes < len(cfg.nodes):
         raise UsageError(f"{d} holds a cluster of {len(cfg.nodes)} nodes; remove nodes with `bespokv node remove`, "
                          "or start afresh with --fresh")
@@ -710,9 +734,8 @@ def cmd_mode(args: argparse.Namespace) -> int:
 
     async def run() -> list[Any]:
         async with _etcd(cfg) as coord:
-            peers = PeerPool(
-                coord.shard_map(), token=args.token or cfg.token, tls=cfg.tls, limits=cfg.limits, tuning=cfg.tuning
-            )
+            token = cfg.peer_token or args.token or cfg.token  # the switch acts for the cluster
+            peers = PeerPool(coord.shard_map(), token=token, tls=cfg.tls, limits=cfg.limits, tuning=cfg.tuning)
             try:
                 return await switch_mode(coord, peers, args.shard, to, timeout=args.wait)
             finally:
@@ -765,7 +788,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--datalet", default="memory", help="memory, rocksdb, rocksmash, redis or module:Class")
     up.add_argument("--dir", default=DEFAULT_DIR, help="where config, data and logs go")
     up.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
-    up.add_argument("--token", default=None, help="require this shared token on every call")
+    up.add_argument("--token", default=None, help="the client token: require it on every client call")
+    up.add_argument("--peer-token", default=None,
+                    help="the nodes' own token, the only one the replication service accepts (default: generated; "
+                         "written to the config file, mode 0600)")
     up.add_argument("--tls-cert", default=None, help="serve TLS with this certificate (PEM; with --tls-key)")
     up.add_argument("--tls-key", default=None, help="the certificate's private key (PEM)")
     up.add_argument("--tls-ca", default=None, help="CA certificate that verifies the nodes (and clients, with --tls-mutual)")
@@ -790,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--addr", action="append", help="a node address HOST:PORT (repeatable)")
         sp.add_argument("--config", help="cluster config file")
         sp.add_argument("--dir", default=None, help="a `cluster up` folder (its cluster.toml)")
-        sp.add_argument("--token", help="shared token")
+        sp.add_argument("--token", help="the client token (default: the config's)")
         sp.add_argument("--timeout", type=float, default=10.0)
         sp.add_argument("--hex", action="store_true", help="keys and values are hex")
 

@@ -5,9 +5,10 @@ and replicas, and optional per-shard overrides. Every node of a cluster reads th
 file; `bespokv node --config cluster.toml --node n1` picks its own entry. The format is
 documented in docs/bespokv.md ("Config file"); the example there is tested.
 
-Relative paths (datalet ``path``, TLS files, ``token_file``) are relative to the file's
-directory. String datalet options may use ``{node}``, ``{shard}`` and ``{dir}`` (the config
-file's directory); they are filled in per shard replica.
+Relative paths (datalet ``path``, TLS files, ``token_file``, ``peer_token_file``,
+``etcd_password_file``) are relative to the file's directory. String datalet options may
+use ``{node}``, ``{shard}`` and ``{dir}`` (the config file's directory); they are filled in
+per shard replica. The secrets (tokens, etcd's password) stay out of the config's repr.
 """
 
 from __future__ import annotations
@@ -260,10 +261,15 @@ class ClusterConfig:
     vnodes: int = 64
     datalet: DataletSpec = field(default_factory=DataletSpec)
     shard_overrides: tuple[ShardOverride, ...] = ()
-    token: str | None = None
+    #: the client token: it opens the client services (KV, Admin; decision 0052).
+    token: str | None = field(default=None, repr=False)
     #: the credential of replicas: only it opens the Peer (replication) service; nodes
     #: use it for all their calls to each other. None: the client token serves for both.
-    peer_token: str | None = None
+    peer_token: str | None = field(default=None, repr=False)
+    #: etcd's user and password (etcd's own authentication, decision 0053): the nodes and
+    #: the CLI log in to etcd with them. Both or neither.
+    etcd_user: str | None = None
+    etcd_password: str | None = field(default=None, repr=False)
     tls: TlsConfig | None = None
     limits: Limits = field(default_factory=Limits)
     tuning: Tuning = field(default_factory=Tuning)
@@ -300,6 +306,14 @@ class ClusterConfig:
         if self.tls is not None and self.tls.node_identities:
             for n in self.nodes:
                 self.tls_for(n.id)  # raises for a node without its own certificate
+        if (self.etcd_user is None) != (self.etcd_password is None):
+            raise InvalidArgumentError("[cluster] etcd_user and etcd_password go together")
+
+    @property
+    def node_token(self) -> str | None:
+        """The token a node sends on its calls to other nodes (and the CLI on the calls it
+        makes for the cluster, e.g. a mode switch): the peer token, else the client token."""
+        return self.peer_token or self.token
 
     def node(self, node_id: str) -> NodeConfig:
         for n in self.nodes:
@@ -374,6 +388,11 @@ class ClusterConfig:
         peer_token_file = c.pop("peer_token_file", None)
         if peer_token_file and not peer_token:
             peer_token = Path(rel(peer_token_file) or "").read_text().strip()
+        etcd_user = c.pop("etcd_user", None)
+        etcd_password = c.pop("etcd_password", None)
+        etcd_password_file = c.pop("etcd_password_file", None)
+        if etcd_password_file and not etcd_password:
+            etcd_password = Path(rel(etcd_password_file) or "").read_text().strip()
         tls_d = c.pop("tls", None)
         tls = None
         if tls_d:
@@ -404,6 +423,8 @@ class ClusterConfig:
             shard_overrides=overrides,
             token=token,
             peer_token=peer_token,
+            etcd_user=None if etcd_user is None else str(etcd_user),
+            etcd_password=None if etcd_password is None else str(etcd_password),
             tls=tls,
             limits=limits,
             tuning=tuning,
@@ -425,6 +446,8 @@ class ClusterConfig:
             cluster["peer_token"] = self.peer_token
         if self.etcd:
             cluster["etcd"] = list(self.etcd)
+        if self.etcd_user is not None and self.etcd_password is not None:
+            cluster["etcd_user"], cluster["etcd_password"] = self.etcd_user, self.etcd_password
         if self.tls:
             t: dict[str, Any] = {"cert": self.tls.cert, "key": self.tls.key, "mutual": self.tls.mutual}
             if self.tls.ca:
@@ -466,9 +489,9 @@ class ClusterConfig:
         return dump_toml(self.to_dict())
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write the config atomically; readable by its owner only when it holds a token."""
+        """Write the config atomically; readable by its owner only when it holds a secret."""
         tmp = Path(str(path) + ".tmp")
-        secret = bool(self.token or self.peer_token)
+        secret = bool(self.token or self.peer_token or self.etcd_password)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if secret else 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(self.to_toml())

@@ -138,7 +138,8 @@ class EtcdCoordinator(Coordinator):
         last: BaseException | None = None
         for _ in range(len(self.endpoints)):
             host, port = self.endpoints[self._endpoint]
-            client = aetcd.Client(host=host, port=port, timeout=CALL_TIMEOUT)
+            client = aetcd.Client(host=host, port=port, timeout=CALL_TIMEOUT,  # login: decision 0053
+                                  username=self.config.etcd_user, password=self.config.etcd_password)
             try:
                 await client.connect()
                 await client.status()

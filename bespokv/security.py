@@ -1,4 +1,4 @@
-"""Transport security: TLS credentials, the shared-token check, and channel options.
+"""Transport security: TLS credentials, the token checks, and channel options.
 
 * TLS (optional): every node serves with ``[cluster.tls] cert``/``key``; clients and peers
   verify the server against ``ca``. With ``mutual = true`` the server also requires a client
@@ -7,11 +7,21 @@
   certificate whose common name is its id; the Peer service serves only callers whose
   certificate names a node of the map, and a replication stream only from the node its
   certificate names, so a node (or a stolen client certificate) cannot pose as another.
-* Token (optional): every call must carry ``authorization: Bearer <token>`` metadata. The
-  check is constant-time. With a separate peer token (``[cluster] peer_token``) the
-  replication service (``bespokv.v1.Peer``) accepts only that one, and nodes use it for
-  every call they make to each other: a client's token cannot forge replication traffic. The standard health service is exempt so load balancers and
-  orchestrators can probe a node without the secret.
+* Tokens (optional, :class:`Credentials`): a call carries ``authorization: Bearer <token>``
+  metadata; every check is constant-time. Two tokens (decision 0052):
+
+  - the *client token* (``[cluster] token``) opens the client services (``KV``,
+    ``Admin``); without one they are open;
+  - the *peer token* (``[cluster] peer_token``) opens every service, the replication
+    service (``bespokv.v1.Peer``) only with it. Nodes send it on all their calls to each
+    other (forwarded requests and status calls too), so a holder of the client token
+    cannot forge replication traffic. Without a peer token the client token serves for
+    both (``bespokv cluster up`` always generates one).
+
+  The standard health service is exempt so load balancers and orchestrators can probe a
+  node without a secret.
+* A refused call is refused before gRPC reads its request: the denying handler never asks
+  for a message, so an unauthenticated caller cannot make a node buffer one (decision 0052).
 * Servers bind 127.0.0.1 unless the config gives another address.
 """
 
@@ -23,10 +33,11 @@ from typing import Any
 
 import grpc
 
-from bespokv.config import Limits, TlsConfig, Tuning, check_backoff
+from bespokv.config import ClusterConfig, Limits, TlsConfig, Tuning, check_backoff
 
 __all__ = [
     "AUTH_HEADER",
+    "Credentials",
     "call_metadata",
     "TokenAuthInterceptor",
     "certificate_name",
@@ -52,19 +63,61 @@ def call_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
 PEER_PREFIX = "/bespokv.v1.Peer/"
 
 
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Rejects calls whose ``authorization`` metadata does not carry the shared token (or,
-    with ``peer_token``: the peer token on the Peer service, either token elsewhere)."""
+def _bearer(token: str | None) -> bytes | None:
+    return f"Bearer {token}".encode() if token else None
+
+
+def _same(got: bytes, want: bytes | None) -> bool:
+    return want is not None and hmac.compare_digest(got, want)
+
+
+class Credentials:
+    """What a node accepts (decision 0052): the peer token everywhere, the client token
+    everywhere but the Peer service. Without a peer token the client token is both; without
+    a client token the client services are open.
+
+    The one place a presented token is judged: the gRPC interceptor below, and any other
+    front end (the RESP server's ``AUTH`` takes the client token: :meth:`client_ok`)."""
 
     def __init__(self, token: str | None, peer_token: str | None = None) -> None:
-        self._client = f"Bearer {token}".encode() if token else None
-        self._peer = f"Bearer {peer_token}".encode() if peer_token else self._client
+        self._client = _bearer(token)
+        self._peer = _bearer(peer_token) or self._client
 
-    def _accepts(self, method: str, got: bytes) -> bool:
-        if method.startswith(PEER_PREFIX) or self._client is None:
-            return self._peer is not None and hmac.compare_digest(got, self._peer)
-        ok = hmac.compare_digest(got, self._client)
-        return ok | (self._peer is not None and hmac.compare_digest(got, self._peer))
+    @classmethod
+    def of(cls, config: ClusterConfig) -> Credentials:
+        return cls(config.token, config.peer_token)
+
+    @property
+    def required(self) -> bool:
+        """True when some call needs a token (else no check is installed)."""
+        return self._peer is not None
+
+    def client_ok(self, token: str | bytes | None) -> bool:
+        """May a caller presenting ``token`` (the bare token, no ``Bearer``) use the client
+        services (KV, Admin, a RESP session)? True for either token, and for anything
+        when the cluster has no client token."""
+        if self._client is None:
+            return True
+        raw = token.encode() if isinstance(token, str) else token or b""
+        got = b"Bearer " + raw
+        return _same(got, self._client) | _same(got, self._peer)
+
+    def accepts(self, method: str, header: bytes) -> bool:
+        """Does the ``authorization`` header value ``header`` (``Bearer <token>``, b"" when
+        absent) open the gRPC method ``method`` (``/package.Service/Method``)?"""
+        if method.startswith(PEER_PREFIX):
+            return _same(header, self._peer)
+        if self._client is None:
+            return True
+        return _same(header, self._client) | _same(header, self._peer)
+
+
+class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses calls whose ``authorization`` metadata does not carry a token that opens the
+    method (:class:`Credentials`), with UNAUTHENTICATED, before reading their requests."""
+
+    def __init__(self, token: str | None, peer_token: str | None = None) -> None:
+        self.credentials = Credentials(token, peer_token)
 
     async def intercept_service(
         self,
@@ -79,7 +132,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             if key == AUTH_HEADER:
                 got = value.encode() if isinstance(value, str) else bytes(value)
                 break
-        if self._accepts(method, got):
+        if self.credentials.accepts(method, got):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
         reason = "missing authorization token" if not got else "invalid authorization token"
@@ -87,21 +140,20 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _denying_handler(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    """A handler that refuses the call before it reads a byte of the request: every kind
+    is served as request-streaming (on the wire a unary request is a stream of one
+    message), so gRPC does not receive and buffer the whole message for a call it refuses."""
+
+    async def unary(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    async def streaming(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def streaming(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # pragma: no cover - makes this an async generator
 
-    ident = lambda b: b  # noqa: E731 - do not parse the request of a rejected call
-    if handler is None or (not handler.request_streaming and not handler.response_streaming):
-        return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=ident)
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(streaming, request_deserializer=ident)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(streaming, request_deserializer=ident)
-    return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=ident)
+    if handler is not None and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(streaming)
+    return grpc.stream_unary_rpc_method_handler(unary)
 
 
 def certificate_name(context: grpc.aio.ServicerContext) -> str | None:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -185,8 +186,10 @@ class LocalCluster:
 
     ``datalet="redis"`` starts one private redis-server per node. ``etcd=N`` starts an
     N-member etcd (``<dir>/etcd``) first and has the nodes coordinate through it (leases,
-    failover); 0 keeps the static shard map. Node logs go to ``<dir>/logs/<node>.log``; the
-    config is ``<dir>/cluster.toml``.
+    failover); 0 keeps the static shard map. A cluster with a token (client or peer) gets
+    an etcd that requires a login too (decision 0053): the user ``root`` with a generated
+    password (unless the config names one), written into the config the nodes and the CLI
+    read. Node logs go to ``<dir>/logs/<node>.log``; the config is ``<dir>/cluster.toml``.
 
     ``cuttable=True`` puts a ``cloudtier.proxy.DelayProxy`` on every path *into* a node
     (its advertised address forwards to the port it listens on) and on its paths to each
@@ -211,6 +214,7 @@ class LocalCluster:
         datalet: str | DataletSpec = "memory",
         dir: str | None = None,
         token: str | None = None,
+        peer_token: str | None = None,
         tuning: Tuning | None = None,
         config: ClusterConfig | None = None,
         env: dict[str, str] | None = None,
@@ -236,7 +240,7 @@ class LocalCluster:
                     node_datalets[nid] = DataletSpec("redis", {"url": self.redis[nid].url})
             config = make_config(
                 nodes, replicas=replicas, shards=shards, mode=mode, datalet=datalet, base_dir=self.dir,
-                token=token, tuning=tuning, node_datalets=node_datalets, ports=ports,
+                token=token, peer_token=peer_token, tuning=tuning, node_datalets=node_datalets, ports=ports,
             )
         self.etcd: Any = None
         if etcd:
@@ -245,6 +249,8 @@ class LocalCluster:
             self.etcd = EtcdCluster(Path(self.dir) / "etcd", members=etcd, fast=True)
             self.etcd.detach = detach
             config = config.replace(etcd=tuple(f"{h}:{p}" for h, p in self.etcd.endpoints))
+            if config.node_token and config.etcd_password is None:
+                config = config.replace(etcd_user="root", etcd_password=secrets.token_urlsafe(32))
         if tls is not None:
             config = config.replace(tls=tls)
         #: per node: (listen port, target) of each proxy on its paths (cuttable clusters)
@@ -295,9 +301,16 @@ class LocalCluster:
     def address(self, node_id: str) -> str:
         return self.config.node(node_id).address
 
+    def start_etcd(self) -> None:
+        """Start the cluster's etcd (again, after a stop: on its data), with its login on
+        when the config has one."""
+        self.etcd.start()
+        if self.config.etcd_password is not None:
+            self.etcd.enable_auth(self.config.etcd_password)
+
     def start(self, *, wait: bool = True, timeout: float = 60.0) -> LocalCluster:
         if self.etcd is not None:
-            self.etcd.start()
+            self.start_etcd()
         if self._links and not self.proxies:
             from cloudtier.proxy import DelayProxy
 
@@ -367,7 +380,7 @@ class LocalCluster:
         coord = EtcdCoordinator(self.config, self.config.etcd)
         try:
             loop.run_until_complete(coord.start())
-            peers = PeerPool(coord.shard_map(), token=self.config.token, tls=self.config.tls,
+            peers = PeerPool(coord.shard_map(), token=self.config.node_token, tls=self.config.tls,
                              limits=self.config.limits, tuning=self.config.tuning)
             try:
                 yield loop, coord, peers
