@@ -33,7 +33,7 @@ from typing import Any
 
 import grpc
 
-from bespokv.config import ClusterConfig, Limits, TlsConfig, Tuning, check_backoff
+from bespokv.config import Limits, TlsConfig, Tuning, check_backoff
 
 __all__ = [
     "AUTH_HEADER",
@@ -72,35 +72,14 @@ def _same(got: bytes, want: bytes | None) -> bool:
 
 
 class Credentials:
-    """What a node accepts (decision 0052): the peer token everywhere, the client token
-    everywhere but the Peer service. Without a peer token the client token is both; without
-    a client token the client services are open.
-
-    The one place a presented token is judged: the gRPC interceptor below, and any other
-    front end (the RESP server's ``AUTH`` takes the client token: :meth:`client_ok`)."""
+    """What a node's gRPC services accept (decision 0052): the peer token everywhere, the
+    client token everywhere but the Peer service. Without a peer token the client token
+    is both; without a client token the client services are open. (The RESP front end's
+    AUTH takes the client token only: bespokv/resp/admin.py.)"""
 
     def __init__(self, token: str | None, peer_token: str | None = None) -> None:
         self._client = _bearer(token)
         self._peer = _bearer(peer_token) or self._client
-
-    @classmethod
-    def of(cls, config: ClusterConfig) -> Credentials:
-        return cls(config.token, config.peer_token)
-
-    @property
-    def required(self) -> bool:
-        """True when some call needs a token (else no check is installed)."""
-        return self._peer is not None
-
-    def client_ok(self, token: str | bytes | None) -> bool:
-        """May a caller presenting ``token`` (the bare token, no ``Bearer``) use the client
-        services (KV, Admin, a RESP session)? True for either token, and for anything
-        when the cluster has no client token."""
-        if self._client is None:
-            return True
-        raw = token.encode() if isinstance(token, str) else token or b""
-        got = b"Bearer " + raw
-        return _same(got, self._client) | _same(got, self._peer)
 
     def accepts(self, method: str, header: bytes) -> bool:
         """Does the ``authorization`` header value ``header`` (``Bearer <token>``, b"" when
